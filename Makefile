@@ -1,0 +1,37 @@
+# tripswitch — see README.md. Every target installs what it needs itself.
+
+KUBE_VERSION         ?= v1.37.2
+CONTROLLER_TOOLS     ?= v0.23.0
+STATICCHECK          ?= v0.8.2
+ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
+GO_TEST_FLAGS        ?=
+
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
+
+.PHONY: all tools test lint generate demo
+
+all: lint test
+
+## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
+tools:
+	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
+
+## test: build the control plane if needed, then run every test with the race detector
+test: tools
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
+
+## generate: deepcopy, CRD and RBAC manifests from the API types and kubebuilder markers
+generate:
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+## demo: seed 000's delayed-webhook experiment on a real API server (Ignore, then Bypass)
+demo:
+	@echo "make demo: not built yet — the demo lands with the end-to-end issue." >&2; exit 1
