@@ -1,0 +1,295 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TargetKind is the kind of webhook configuration a breaker targets.
+// +kubebuilder:validation:Enum=MutatingWebhookConfiguration;ValidatingWebhookConfiguration
+type TargetKind string
+
+// Target kinds.
+const (
+	MutatingWebhookConfiguration   TargetKind = "MutatingWebhookConfiguration"
+	ValidatingWebhookConfiguration TargetKind = "ValidatingWebhookConfiguration"
+)
+
+// OpenAction is what tripswitch does to a webhook when its circuit opens.
+// +kubebuilder:validation:Enum=Ignore;Bypass
+type OpenAction string
+
+const (
+	// OpenActionIgnore sets failurePolicy to Ignore. Requests are admitted, but
+	// each still waits up to timeoutSeconds for the failing webhook.
+	OpenActionIgnore OpenAction = "Ignore"
+	// OpenActionBypass adds the matchCondition tripswitch.dev/circuit-open with
+	// expression "false", so the API server skips the webhook entirely and
+	// admission latency returns to the no-webhook baseline.
+	OpenActionBypass OpenAction = "Bypass"
+)
+
+// Mode says how much tripswitch may do on its own.
+// +kubebuilder:validation:Enum=Auto;ForceOpen;ForceClosed;Observe
+type Mode string
+
+const (
+	// ModeAuto opens the circuit after failureThreshold failed probes and
+	// closes it after successThreshold healthy ones.
+	ModeAuto Mode = "Auto"
+	// ModeForceOpen opens the circuit regardless of health.
+	ModeForceOpen Mode = "ForceOpen"
+	// ModeForceClosed keeps (or puts) the webhook at its original policy.
+	ModeForceClosed Mode = "ForceClosed"
+	// ModeObserve probes and reports but never writes to the webhook.
+	ModeObserve Mode = "Observe"
+)
+
+// ProbeKind is how the webhook's health is checked.
+// +kubebuilder:validation:Enum=HTTPGet;AdmissionReview
+type ProbeKind string
+
+const (
+	// ProbeHTTPGet sends GET to healthPath and expects a 2xx.
+	ProbeHTTPGet ProbeKind = "HTTPGet"
+	// ProbeAdmissionReview POSTs a synthetic AdmissionReview to the webhook's
+	// own path, exercising admission itself rather than a health endpoint.
+	ProbeAdmissionReview ProbeKind = "AdmissionReview"
+)
+
+// Target names one webhook inside one webhook configuration.
+type Target struct {
+	// Kind is MutatingWebhookConfiguration or ValidatingWebhookConfiguration.
+	// +required
+	Kind TargetKind `json:"kind"`
+	// ConfigurationName is the webhook configuration's metadata.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ConfigurationName string `json:"configurationName"`
+	// WebhookName is the name of the webhook entry in the configuration.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	WebhookName string `json:"webhookName"`
+}
+
+// ProbeSpec sets how often and how strictly the webhook is probed. The
+// defaults are seed 000's: every 1s, 250ms deadline, open after 3 failures,
+// close after 5 successes.
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || (duration(self.interval) >= duration('100ms') && duration(self.interval) <= duration('1h'))",message="probe.interval must be between 100ms and 1h"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('10ms') && duration(self.timeout) <= duration('30s'))",message="probe.timeout must be between 10ms and 30s"
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || duration(self.timeout) <= duration(self.interval)",message="probe.timeout must not exceed probe.interval"
+type ProbeSpec struct {
+	// Interval between probes. Default 1s.
+	// +optional
+	// +kubebuilder:default="1s"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// Timeout of one probe. Default 250ms.
+	// +optional
+	// +kubebuilder:default="250ms"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// FailureThreshold is how many consecutive failed probes open the circuit. Default 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold int32 `json:"failureThreshold,omitempty"`
+	// SuccessThreshold is how many consecutive healthy probes close it. Default 5.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+	// Kind is HTTPGet (a health endpoint) or AdmissionReview (a synthetic
+	// review to the webhook's own path). Default HTTPGet.
+	// +optional
+	// +kubebuilder:default=HTTPGet
+	Kind ProbeKind `json:"kind,omitempty"`
+	// HealthPath is the path HTTPGet probes. Default /healthz.
+	// +optional
+	// +kubebuilder:default="/healthz"
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=1024
+	HealthPath string `json:"healthPath,omitempty"`
+}
+
+// WebhookCircuitBreakerSpec is an operator's approval to fail one webhook open.
+// +kubebuilder:validation:XValidation:rule="self.target.kind != 'MutatingWebhookConfiguration' || self.allowAdmissionWithoutMutation",message="allowAdmissionWithoutMutation must be true for a MutatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's mutation during an outage"
+// +kubebuilder:validation:XValidation:rule="self.target.kind != 'ValidatingWebhookConfiguration' || self.allowAdmissionWithoutValidation",message="allowAdmissionWithoutValidation must be true for a ValidatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's validation during an outage"
+type WebhookCircuitBreakerSpec struct {
+	// Target is the one webhook this breaker may change. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="target is immutable: delete this breaker and create a new one"
+	Target Target `json:"target"`
+	// AllowAdmissionWithoutMutation must be true for a mutating target.
+	// +optional
+	AllowAdmissionWithoutMutation bool `json:"allowAdmissionWithoutMutation,omitempty"`
+	// AllowAdmissionWithoutValidation must be true for a validating target.
+	// +optional
+	AllowAdmissionWithoutValidation bool `json:"allowAdmissionWithoutValidation,omitempty"`
+	// OpenAction is Ignore or Bypass. Default Ignore.
+	// +optional
+	// +kubebuilder:default=Ignore
+	OpenAction OpenAction `json:"openAction,omitempty"`
+	// Mode is Auto, ForceOpen, ForceClosed or Observe. Default Auto.
+	// +optional
+	// +kubebuilder:default=Auto
+	Mode Mode `json:"mode,omitempty"`
+	// Probe configures health checking.
+	// +optional
+	// +kubebuilder:default={}
+	Probe ProbeSpec `json:"probe,omitempty"`
+}
+
+// CircuitState is the circuit's state as tripswitch last saw it.
+// +kubebuilder:validation:Enum=Closed;Open;Unknown
+type CircuitState string
+
+// Circuit states.
+const (
+	StateClosed  CircuitState = "Closed"
+	StateOpen    CircuitState = "Open"
+	StateUnknown CircuitState = "Unknown"
+)
+
+// CircuitRecord is the recovery record tripswitch keeps on the webhook
+// configuration itself, as a JSON annotation, while a circuit is open. It says
+// exactly what tripswitch changed, so closing restores that and nothing else.
+type CircuitRecord struct {
+	// Webhook is the webhook entry's name.
+	Webhook string `json:"webhook"`
+	// Breaker is the owning WebhookCircuitBreaker's name.
+	Breaker string `json:"breaker"`
+	// BreakerUID is the owning breaker's UID.
+	BreakerUID types.UID `json:"breakerUID"`
+	// Action is what tripswitch did.
+	Action OpenAction `json:"action"`
+	// OriginalFailurePolicy is the failurePolicy before opening; nil if unset.
+	// +optional
+	OriginalFailurePolicy *string `json:"originalFailurePolicy,omitempty"`
+	// SetFailurePolicy is the failurePolicy tripswitch set (Ignore action).
+	// +optional
+	SetFailurePolicy string `json:"setFailurePolicy,omitempty"`
+	// MatchCondition is the name of the matchCondition tripswitch added (Bypass action).
+	// +optional
+	MatchCondition string `json:"matchCondition,omitempty"`
+	// MatchConditionsWereUnset is true when the webhook had no matchConditions
+	// before tripswitch added its own, so closing removes the list entirely.
+	// +optional
+	MatchConditionsWereUnset bool `json:"matchConditionsWereUnset,omitempty"`
+	// OpenedAt is when the circuit opened.
+	OpenedAt metav1.Time `json:"openedAt"`
+	// Reason is why it opened.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// OpenWindow is one period during which the circuit was open.
+type OpenWindow struct {
+	// OpenedAt is when the circuit opened.
+	OpenedAt metav1.Time `json:"openedAt"`
+	// ClosedAt is when it closed; unset while still open.
+	// +optional
+	ClosedAt *metav1.Time `json:"closedAt,omitempty"`
+	// Action is the open action that was applied.
+	Action OpenAction `json:"action"`
+	// Reason is why it opened.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// CloseReason is why it closed.
+	// +optional
+	CloseReason string `json:"closeReason,omitempty"`
+}
+
+// ProbeStatus is the prober's recent view of the webhook. Counts saturate at
+// their thresholds so that a steady state does not rewrite the status.
+type ProbeStatus struct {
+	// ConsecutiveFailures counts failed probes in a row, up to failureThreshold.
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+	// ConsecutiveSuccesses counts healthy probes in a row, up to successThreshold.
+	// +optional
+	ConsecutiveSuccesses int32 `json:"consecutiveSuccesses,omitempty"`
+	// LastResult is Healthy, Unhealthy or Unknown.
+	// +optional
+	LastResult string `json:"lastResult,omitempty"`
+	// LastReason explains LastResult.
+	// +optional
+	LastReason string `json:"lastReason,omitempty"`
+}
+
+// WebhookCircuitBreakerStatus mirrors what tripswitch observed and did. The
+// webhook configuration's annotation, not this status, is the source of truth
+// for an open circuit.
+type WebhookCircuitBreakerStatus struct {
+	// ObservedGeneration is the spec generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// State is Closed, Open or Unknown.
+	// +optional
+	State CircuitState `json:"state,omitempty"`
+	// LastTransitionTime is when State last changed.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// Conditions: Ready, CircuitOpen, TargetFound, ExternalChange, ProbeUnsupported.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Record mirrors the recovery record on the webhook configuration.
+	// +optional
+	Record *CircuitRecord `json:"record,omitempty"`
+	// TargetUID is the UID of the webhook configuration last seen, to detect
+	// that it was deleted and recreated.
+	// +optional
+	TargetUID types.UID `json:"targetUID,omitempty"`
+	// DisarmedReason, when set, stops tripswitch from opening the circuit: an
+	// operator changed the webhook while it was open, or forced it closed during
+	// an outage. It clears once the webhook is seen healthy again, or when the
+	// breaker's tripswitch.dev/rearm annotation gets a new value.
+	// +optional
+	DisarmedReason string `json:"disarmedReason,omitempty"`
+	// ObservedRearm is the last tripswitch.dev/rearm annotation value acted on.
+	// +optional
+	ObservedRearm string `json:"observedRearm,omitempty"`
+	// Probe is the prober's recent view.
+	// +optional
+	Probe ProbeStatus `json:"probe,omitempty"`
+	// History lists the most recent open windows, newest last.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	History []OpenWindow `json:"history,omitempty"`
+}
+
+// WebhookCircuitBreaker fails one approved admission webhook open during a
+// sustained outage and restores it when the webhook recovers.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=wcb
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target.webhookName`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.openAction`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.lastTransitionTime`
+type WebhookCircuitBreaker struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the operator's approval and settings.
+	Spec WebhookCircuitBreakerSpec `json:"spec"`
+	// Status is what tripswitch observed and did.
+	// +optional
+	Status WebhookCircuitBreakerStatus `json:"status,omitempty"`
+}
+
+// WebhookCircuitBreakerList is a list of WebhookCircuitBreakers.
+//
+// +kubebuilder:object:root=true
+type WebhookCircuitBreakerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the breakers.
+	Items []WebhookCircuitBreaker `json:"items"`
+}

@@ -1,0 +1,72 @@
+package circuit
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// State is what a configuration says about one webhook's circuit.
+type State struct {
+	// Index is the webhook's position in the configuration, or -1 if it is missing.
+	Index int
+	// Webhook is the entry at Index.
+	Webhook Webhook
+	// Record is the recovery record, nil when there is none or it is corrupt.
+	Record *v1alpha1.CircuitRecord
+	// RecordErr wraps ErrCorruptRecord when the annotation cannot be trusted.
+	RecordErr error
+}
+
+// Inspect reads webhook's state from cfg.
+func Inspect(cfg *Configuration, webhook string) State {
+	s := State{Index: cfg.Index(webhook)}
+	if s.Index >= 0 {
+		s.Webhook = cfg.Webhooks[s.Index]
+	}
+	s.Record, s.RecordErr = ReadRecord(cfg.Object.GetAnnotations(), webhook)
+	return s
+}
+
+// Intact reports whether the change the record describes is still in place,
+// that is, nobody else has changed the value tripswitch set.
+func (s State) Intact() bool {
+	if s.Record == nil || s.Index < 0 {
+		return false
+	}
+	switch s.Record.Action {
+	case v1alpha1.OpenActionIgnore:
+		fp := s.Webhook.FailurePolicy
+		return fp != nil && string(*fp) == s.Record.SetFailurePolicy
+	case v1alpha1.OpenActionBypass:
+		j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition)
+		return j >= 0 && s.Webhook.MatchConditions[j].Expression == MatchConditionExpression
+	}
+	return false
+}
+
+// FailsOpenWithoutRecord reports whether the webhook already fails open in the
+// way action would make it, with no record of tripswitch's: someone else set
+// it, and tripswitch must neither take it over nor later restore it.
+func (s State) FailsOpenWithoutRecord(action v1alpha1.OpenAction) bool {
+	if s.Record != nil || s.Index < 0 {
+		return false
+	}
+	switch action {
+	case v1alpha1.OpenActionIgnore:
+		fp := s.Webhook.FailurePolicy
+		return fp != nil && *fp == admissionregistrationv1.Ignore
+	case v1alpha1.OpenActionBypass:
+		return conditionIndex(s.Webhook.MatchConditions, MatchConditionName) >= 0
+	}
+	return false
+}
+
+func conditionIndex(conds []admissionregistrationv1.MatchCondition, name string) int {
+	for j, c := range conds {
+		if c.Name == name {
+			return j
+		}
+	}
+	return -1
+}

@@ -1,0 +1,67 @@
+package circuit
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// Writer applies circuit patches. On success the configuration's Object holds
+// the API server's answer, so the caller can Inspect it again without a read.
+type Writer struct {
+	// Client patches webhook configurations.
+	Client client.Client
+}
+
+// Open opens webhook's circuit (see OpenPatch) and returns the record written.
+func (w Writer) Open(ctx context.Context, cfg *Configuration, webhook string, rec v1alpha1.CircuitRecord) (v1alpha1.CircuitRecord, error) {
+	data, full, err := OpenPatch(cfg, webhook, rec)
+	if err != nil {
+		return full, err
+	}
+	return full, w.apply(ctx, cfg, "open circuit of webhook "+webhook, data)
+}
+
+// Close restores what rec says tripswitch changed and removes the record.
+func (w Writer) Close(ctx context.Context, cfg *Configuration, webhook string, rec *v1alpha1.CircuitRecord) error {
+	data, err := ClosePatch(cfg, webhook, rec)
+	if err != nil {
+		return err
+	}
+	return w.apply(ctx, cfg, "close circuit of webhook "+webhook, data)
+}
+
+// Drop removes webhook's record and nothing else.
+func (w Writer) Drop(ctx context.Context, cfg *Configuration, webhook string) error {
+	data, err := DropPatch(cfg, webhook)
+	if err != nil {
+		return err
+	}
+	return w.apply(ctx, cfg, "drop circuit record of webhook "+webhook, data)
+}
+
+func (w Writer) apply(ctx context.Context, cfg *Configuration, what string, data []byte) error {
+	if err := w.Client.Patch(ctx, cfg.Object, client.RawPatch(types.JSONPatchType, data)); err != nil {
+		return fmt.Errorf("%s on %s: %w", what, cfg.Object.GetName(), err)
+	}
+	view, err := View(cfg.Object)
+	if err != nil {
+		return err
+	}
+	cfg.Webhooks = view.Webhooks
+	return nil
+}
+
+// IsStale reports whether a patch failed because the object changed since it
+// was read: 409 from the resourceVersion precondition, or 422 from a failed
+// test operation (the API server does not tell the two apart from a malformed
+// patch, which the unit tests rule out). The answer is to re-read and decide
+// again, never to resend the same patch.
+func IsStale(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
+}
