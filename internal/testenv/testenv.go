@@ -48,7 +48,7 @@ type Options struct {
 // with instructions when the binaries are missing; it never skips.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
-	env, err := start(opts)
+	env, err := New(opts)
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
@@ -60,7 +60,9 @@ func Start(t testing.TB, opts Options) *Env {
 	return env
 }
 
-func start(opts Options) (*Env, error) {
+// New starts a control plane that the caller must Stop; for TestMain, where
+// one control plane serves a whole package.
+func New(opts Options) (*Env, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,292 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// Write is the one write a decision may ask for.
+type Write string
+
+// Writes.
+const (
+	WriteNone  Write = ""
+	WriteOpen  Write = "Open"
+	WriteClose Write = "Close"
+	WriteDrop  Write = "Drop"
+)
+
+// Verdict is the health the probe counts add up to.
+type Verdict string
+
+// Verdicts.
+const (
+	Pending   Verdict = "Pending" // not enough consecutive probes either way
+	Healthy   Verdict = "Healthy"
+	Unhealthy Verdict = "Unhealthy"
+)
+
+// Reasons used in decisions, events and conditions.
+const (
+	ReasonWebhookUnhealthy   = "WebhookUnhealthy"
+	ReasonWebhookRecovered   = "WebhookRecovered"
+	ReasonForceOpen          = "ForceOpen"
+	ReasonForceClosed        = "ForceClosed"
+	ReasonBreakerDeleted     = "BreakerDeleted"
+	ReasonOpenActionChanged  = "OpenActionChanged"
+	ReasonExternalChange     = "ExternalChange"
+	ReasonRecordRemoved      = "RecordRemovedExternally"
+	ReasonDisarmed           = "Disarmed"
+	ReasonAlreadyFailOpen    = "AlreadyFailOpen"
+	ReasonObserving          = "Observing"
+	ReasonCorruptRecord      = "CorruptRecord"
+	ReasonRecordOfOther      = "RecordOwnedByAnotherBreaker"
+	ReasonTargetNotFound     = "TargetNotFound"
+	ReasonTargetGone         = "TargetGone"
+	ReasonNoChange           = "NoChange"
+	ReasonAwaitingProbes     = "AwaitingProbes"
+	ReasonStillOpen          = "StillOpen"
+	ReasonForceClosedOutage  = "ForceClosedDuringOutage"
+	ReasonCannotBypass       = "CannotBypass"
+	ReasonFinalizerReleased  = "FinalizerReleased"
+	ReasonWriteFailed        = "WriteFailed"
+	ReasonRearmed            = "Rearmed"
+	ReasonTargetRecreated    = "TargetRecreated"
+	ReasonReconciled         = "Reconciled"
+	ReasonProbeUnsupported   = "ProbeUnsupported"
+	ReasonProbeSupported     = "ProbeSupported"
+	ReasonNoExternalChange   = "NoExternalChange"
+	ReasonCircuitOpen        = "CircuitOpen"
+	ReasonCircuitClosed      = "CircuitClosed"
+	ReasonConfigurationFound = "Found"
+)
+
+// Health is the monitor's view folded with the breaker's thresholds.
+type Health struct {
+	Failures, Successes                int32
+	FailureThreshold, SuccessThreshold int32
+	Last                               probe.Status
+	LastReason                         string
+}
+
+// Verdict adds the counts up against the thresholds.
+func (h Health) Verdict() Verdict {
+	switch {
+	case h.FailureThreshold > 0 && h.Failures >= h.FailureThreshold:
+		return Unhealthy
+	case h.SuccessThreshold > 0 && h.Successes >= h.SuccessThreshold:
+		return Healthy
+	}
+	return Pending
+}
+
+// Input is everything a decision depends on, gathered before deciding.
+type Input struct {
+	Mode       v1alpha1.Mode
+	Action     v1alpha1.OpenAction
+	BreakerUID types.UID
+	Deleting   bool
+	// TargetFound: the configuration exists and has the webhook.
+	TargetFound bool
+	// State is the circuit as the configuration records it.
+	State circuit.State
+	// Mirror is the record the breaker's status last mirrored, if it was for
+	// this same configuration (same UID).
+	Mirror *v1alpha1.CircuitRecord
+	Health Health
+	// Disarmed: a human overrode tripswitch during this outage.
+	Disarmed bool
+}
+
+// Decision is what to do, and why.
+type Decision struct {
+	Write   Write
+	Reason  string
+	Message string
+	// Disarm, when set, stops further opening until the webhook is healthy again
+	// or an operator re-arms; it is the reason shown.
+	Disarm string
+	// Rearm clears a previous Disarm.
+	Rearm bool
+	// ExternalChange: someone else changed what tripswitch owned.
+	ExternalChange bool
+	// ReleaseFinalizer: the breaker may be deleted now.
+	ReleaseFinalizer bool
+}
+
+// Decide is the controller's whole policy: an ordered chain of checks over the
+// observed state, with no I/O and no clock. The first check that applies wins.
+func Decide(in Input) Decision {
+	for _, check := range []func(Input) (Decision, bool){
+		checkRecordReadable,
+		checkRecordOwner,
+		checkTargetFound,
+		checkExternalChange,
+		checkRecordRemoved,
+		checkDeleting,
+		checkObserve,
+		checkActionChanged,
+	} {
+		if d, ok := check(in); ok {
+			return d
+		}
+	}
+	switch in.Mode {
+	case v1alpha1.ModeForceClosed:
+		return decideForceClosed(in)
+	case v1alpha1.ModeForceOpen:
+		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
+	default:
+		return decideAuto(in)
+	}
+}
+
+func checkRecordReadable(in Input) (Decision, bool) {
+	if in.State.RecordErr == nil {
+		return Decision{}, false
+	}
+	d := Decision{Reason: ReasonCorruptRecord, Message: in.State.RecordErr.Error() + "; tripswitch will not guess a restore from it: fix or remove the annotation"}
+	d.ReleaseFinalizer = in.Deleting
+	return d, true
+}
+
+func checkRecordOwner(in Input) (Decision, bool) {
+	rec := in.State.Record
+	if rec == nil || rec.BreakerUID == in.BreakerUID {
+		return Decision{}, false
+	}
+	return Decision{
+		Reason:           ReasonRecordOfOther,
+		Message:          fmt.Sprintf("the webhook's circuit record belongs to breaker %q (uid %s); two breakers target the same webhook", rec.Breaker, rec.BreakerUID),
+		ReleaseFinalizer: in.Deleting,
+	}, true
+}
+
+func checkTargetFound(in Input) (Decision, bool) {
+	if in.TargetFound {
+		return Decision{}, false
+	}
+	if in.Deleting {
+		return Decision{Reason: ReasonTargetGone, Message: "target is gone; nothing to restore", ReleaseFinalizer: true}, true
+	}
+	return Decision{Reason: ReasonTargetNotFound, Message: "target webhook configuration or webhook not found; nothing is written"}, true
+}
+
+// checkExternalChange: tripswitch's record is there but its change is not.
+// Someone else edited the value; tripswitch lets go and does not fight them.
+func checkExternalChange(in Input) (Decision, bool) {
+	if in.State.Record == nil || in.State.Intact() {
+		return Decision{}, false
+	}
+	d := Decision{
+		Reason:         ReasonExternalChange,
+		Message:        fmt.Sprintf("the %s change tripswitch made was altered by someone else; dropping the record and leaving their value", in.State.Record.Action),
+		ExternalChange: true,
+	}
+	if in.Mode == v1alpha1.ModeObserve {
+		d.Message = "the change tripswitch made was altered by someone else; mode is Observe, so the record is left in place"
+		return d, true
+	}
+	d.Write = WriteDrop
+	if in.Health.Verdict() != Healthy {
+		d.Disarm = "an operator changed the webhook while its circuit was open"
+	}
+	return d, true
+}
+
+// checkRecordRemoved: the status says tripswitch opened this configuration, the
+// record annotation is gone, yet the webhook still fails open that way.
+// Someone removed the record; tripswitch no longer owns the value.
+func checkRecordRemoved(in Input) (Decision, bool) {
+	if in.State.Record != nil || in.Mirror == nil || !in.State.FailsOpenWithoutRecord(in.Mirror.Action) {
+		return Decision{}, false
+	}
+	d := Decision{
+		Reason:         ReasonRecordRemoved,
+		Message:        "the circuit record was removed from the webhook configuration while open; tripswitch no longer owns the change and will not restore it",
+		ExternalChange: true,
+	}
+	if in.Health.Verdict() != Healthy {
+		d.Disarm = "the circuit record was removed by someone else"
+	}
+	d.ReleaseFinalizer = in.Deleting
+	return d, true
+}
+
+func checkDeleting(in Input) (Decision, bool) {
+	if !in.Deleting {
+		return Decision{}, false
+	}
+	if in.State.Record != nil {
+		return Decision{Write: WriteClose, Reason: ReasonBreakerDeleted, Message: "breaker is being deleted; restoring the original policy"}, true
+	}
+	return Decision{Reason: ReasonFinalizerReleased, Message: "breaker is being deleted and nothing is open", ReleaseFinalizer: true}, true
+}
+
+func checkObserve(in Input) (Decision, bool) {
+	if in.Mode != v1alpha1.ModeObserve {
+		return Decision{}, false
+	}
+	return Decision{Reason: ReasonObserving, Message: fmt.Sprintf("mode is Observe: health is %s, nothing is written", in.Health.Verdict())}, true
+}
+
+// checkActionChanged closes a circuit opened with another action; the next
+// decision opens it again with the new one if it should still be open.
+func checkActionChanged(in Input) (Decision, bool) {
+	rec := in.State.Record
+	if rec == nil || rec.Action == in.Action || in.Mode == v1alpha1.ModeForceClosed {
+		return Decision{}, false
+	}
+	return Decision{Write: WriteClose, Reason: ReasonOpenActionChanged, Message: fmt.Sprintf("openAction changed from %s to %s; closing before reopening", rec.Action, in.Action)}, true
+}
+
+func decideForceClosed(in Input) Decision {
+	d := Decision{Reason: ReasonForceClosed, Message: "mode is ForceClosed"}
+	if in.State.Record != nil {
+		d.Write = WriteClose
+		d.Message = "mode is ForceClosed; restoring the original policy"
+	}
+	switch in.Health.Verdict() {
+	case Unhealthy:
+		d.Disarm = "mode was ForceClosed during an outage"
+	case Healthy:
+		d.Rearm = in.Disarmed
+	}
+	return d
+}
+
+func decideAuto(in Input) Decision {
+	switch in.Health.Verdict() {
+	case Healthy:
+		d := Decision{Reason: ReasonNoChange, Message: "webhook is healthy", Rearm: in.Disarmed}
+		if in.State.Record != nil {
+			d.Write, d.Reason = WriteClose, ReasonWebhookRecovered
+			d.Message = fmt.Sprintf("%d consecutive healthy probes; restoring the original policy", in.Health.Successes)
+		}
+		return d
+	case Unhealthy:
+		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason))
+	}
+	if in.State.Record != nil {
+		return Decision{Reason: ReasonStillOpen, Message: "circuit is open; waiting for enough healthy probes"}
+	}
+	return Decision{Reason: ReasonAwaitingProbes, Message: "not enough consecutive probes to decide"}
+}
+
+// decideOpen opens unless already open, disarmed, or failing open without tripswitch.
+func decideOpen(in Input, reason, why string) Decision {
+	switch {
+	case in.State.Record != nil:
+		return Decision{Reason: ReasonStillOpen, Message: "circuit is open: " + why}
+	case in.Disarmed:
+		return Decision{Reason: ReasonDisarmed, Message: "not opening: an operator overrode tripswitch during this outage; re-arm with the tripswitch.dev/rearm annotation or wait for the webhook to recover"}
+	case in.State.FailsOpenWithoutRecord(in.Action):
+		return Decision{Reason: ReasonAlreadyFailOpen, Message: fmt.Sprintf("webhook already fails open (%s) without tripswitch; leaving it alone", in.Action)}
+	}
+	return Decision{Write: WriteOpen, Reason: reason, Message: why}
+}

@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// Metrics are the controller's Prometheus metrics, labelled by breaker name
+// only: breaker names are chosen by operators, never taken from requests.
+type Metrics struct {
+	open        *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	openSeconds *prometheus.CounterVec
+	conflicts   *prometheus.CounterVec
+	probes      *prometheus.CounterVec
+	probeTime   *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_circuit_open", Help: "1 while tripswitch holds the breaker's webhook open, else 0.",
+		}, []string{"breaker"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_circuit_transitions_total", Help: "Writes to webhook configurations, by kind of write (Open, Close, Drop) and reason.",
+		}, []string{"breaker", "write", "reason"}),
+		openSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_circuit_open_seconds_total", Help: "Seconds the breaker's webhook spent open, counted when it closes.",
+		}, []string{"breaker"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_patch_conflicts_total", Help: "Patches rejected because the webhook configuration changed since it was read.",
+		}, []string{"breaker"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_probe_results_total", Help: "Probe results by status (Healthy, Unhealthy, Unknown).",
+		}, []string{"breaker", "result"}),
+		probeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tripswitch_probe_duration_seconds", Help: "Probe latency.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"breaker"}),
+	}
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveProbe records one probe result.
+func (m *Metrics) ObserveProbe(breaker string, r probe.Result) {
+	if m == nil {
+		return
+	}
+	m.probes.WithLabelValues(breaker, string(r.Status)).Inc()
+	m.probeTime.WithLabelValues(breaker).Observe(r.Latency.Seconds())
+}
+
+func (m *Metrics) setOpen(breaker string, open bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.open.WithLabelValues(breaker).Set(v)
+}
+
+func (m *Metrics) transition(breaker string, w Write, reason string, openFor time.Duration) {
+	if m == nil {
+		return
+	}
+	m.transitions.WithLabelValues(breaker, string(w), reason).Inc()
+	if openFor > 0 {
+		m.openSeconds.WithLabelValues(breaker).Add(openFor.Seconds())
+	}
+}
+
+func (m *Metrics) conflict(breaker string) {
+	if m != nil {
+		m.conflicts.WithLabelValues(breaker).Inc()
+	}
+}
+
+// forget drops a deleted breaker's series.
+func (m *Metrics) forget(breaker string) {
+	if m == nil {
+		return
+	}
+	labels := prometheus.Labels{"breaker": breaker}
+	m.open.DeletePartialMatch(labels)
+	m.transitions.DeletePartialMatch(labels)
+	m.openSeconds.DeletePartialMatch(labels)
+	m.conflicts.DeletePartialMatch(labels)
+	m.probes.DeletePartialMatch(labels)
+	m.probeTime.DeletePartialMatch(labels)
+}

@@ -1,0 +1,271 @@
+// Package controller wires probe results to circuit decisions to writes,
+// status, events and metrics. The policy is the pure function Decide; the
+// Reconciler is the thin shell that reads, decides, writes once and reports.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+const (
+	// Finalizer holds a breaker's deletion until its webhook is restored.
+	Finalizer = "tripswitch.dev/restore"
+	// RearmAnnotation on a breaker re-arms it when its value changes.
+	RearmAnnotation = "tripswitch.dev/rearm"
+
+	// resync re-reads a breaker's target even when no probe reports.
+	resync = time.Minute
+)
+
+// HealthSource is where health comes from; *probe.Monitor implements it.
+type HealthSource interface {
+	Ensure(key string, s probe.Settings)
+	Stop(key string)
+	Observe(key string) (probe.Observation, bool)
+}
+
+// Reconciler reconciles WebhookCircuitBreakers.
+type Reconciler struct {
+	// Client reads breakers and writes their status and finalizers, and
+	// patches webhook configurations.
+	Client client.Client
+	// APIReader reads webhook configurations uncached, so RBAC can limit
+	// tripswitch to get and patch the approved names.
+	APIReader client.Reader
+	Health    HealthSource
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Metrics   *Metrics
+}
+
+// observed is what one reconcile read.
+type observed struct {
+	cfg    *circuit.Configuration // nil when the configuration is missing
+	state  circuit.State
+	health probe.Observation
+}
+
+// Reconcile reads a breaker and its target, decides, performs at most one
+// webhook write, and reports.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var b v1alpha1.WebhookCircuitBreaker
+	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Health.Stop(req.Name)
+			r.Metrics.forget(req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
+		"target", b.Spec.Target.Kind+"/"+v1alpha1.TargetKind(b.Spec.Target.ConfigurationName), "webhook", b.Spec.Target.WebhookName))
+	deleting := !b.DeletionTimestamp.IsZero()
+	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
+		return ctrl.Result{}, r.patchFinalizer(ctx, &b, true)
+	}
+
+	obs, err := r.observe(ctx, &b, deleting)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	in := r.input(&b, obs, deleting)
+	d := Decide(in)
+	after, writeErr := r.write(ctx, &b, obs, d)
+	if writeErr != nil && circuit.IsStale(writeErr) {
+		r.Metrics.conflict(b.Name)
+		log.FromContext(ctx).Info("webhook configuration changed since it was read; re-reading", "write", d.Write, "error", writeErr.Error())
+		return ctrl.Result{}, writeErr // requeue with backoff; the next attempt re-reads and re-decides
+	}
+	if err := r.report(ctx, &b, in, d, obs, after, writeErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
+		return ctrl.Result{}, writeErr
+	}
+	if d.ReleaseFinalizer && writeErr == nil {
+		r.Health.Stop(b.Name)
+		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
+		return ctrl.Result{}, r.patchFinalizer(ctx, &b, false)
+	}
+	if obs.cfg == nil || deleting {
+		return ctrl.Result{RequeueAfter: probeSettings(&b, circuit.Webhook{}).Interval}, nil
+	}
+	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// observe reads the target uncached and the health the monitor has gathered.
+func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting bool) (observed, error) {
+	var obs observed
+	obj, err := circuit.NewObject(b.Spec.Target.Kind)
+	if err != nil {
+		return obs, err
+	}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: b.Spec.Target.ConfigurationName}, obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return obs, fmt.Errorf("get %s %s: %w", b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, err)
+		}
+		obs.state = circuit.State{Index: -1}
+		return obs, nil
+	}
+	if obs.cfg, err = circuit.View(obj); err != nil {
+		return obs, err
+	}
+	obs.state = circuit.Inspect(obs.cfg, b.Spec.Target.WebhookName)
+	if obs.state.Index >= 0 && !deleting {
+		r.Health.Ensure(b.Name, probeSettings(b, obs.state.Webhook))
+	}
+	obs.health, _ = r.Health.Observe(b.Name)
+	return obs, nil
+}
+
+func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, deleting bool) Input {
+	p := withDefaults(b.Spec.Probe)
+	in := Input{
+		Mode:        b.Spec.Mode,
+		Action:      b.Spec.OpenAction,
+		BreakerUID:  b.UID,
+		Deleting:    deleting,
+		TargetFound: obs.cfg != nil && obs.state.Index >= 0,
+		State:       obs.state,
+		Health: Health{
+			Failures: obs.health.ConsecutiveFailures, Successes: obs.health.ConsecutiveSuccesses,
+			FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
+			Last: obs.health.Last.Status, LastReason: obs.health.Last.Reason,
+		},
+		Disarmed: b.Status.DisarmedReason != "" && !rearmRequested(b),
+	}
+	if in.Action == "" {
+		in.Action = v1alpha1.OpenActionIgnore
+	}
+	if obs.cfg != nil && obs.cfg.Object.GetUID() == b.Status.TargetUID {
+		in.Mirror = b.Status.Record
+	}
+	return in
+}
+
+// write performs the decision's one write and returns the state it left.
+func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, d Decision) (circuit.State, error) {
+	if d.Write == WriteNone {
+		return obs.state, nil
+	}
+	w := circuit.Writer{Client: r.Client}
+	webhook := b.Spec.Target.WebhookName
+	var err error
+	switch d.Write {
+	case WriteOpen:
+		_, err = w.Open(ctx, obs.cfg, webhook, v1alpha1.CircuitRecord{
+			Breaker: b.Name, BreakerUID: b.UID, Action: b.Spec.OpenAction,
+			OpenedAt: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), Reason: d.Message,
+		})
+	case WriteClose:
+		err = w.Close(ctx, obs.cfg, webhook, obs.state.Record)
+	case WriteDrop:
+		err = w.Drop(ctx, obs.cfg, webhook)
+	}
+	if err != nil {
+		return obs.state, err
+	}
+	after := circuit.Inspect(obs.cfg, webhook)
+	var openFor time.Duration
+	if d.Write != WriteOpen && obs.state.Record != nil {
+		openFor = r.Clock.Since(obs.state.Record.OpenedAt.Time)
+	}
+	r.Metrics.transition(b.Name, d.Write, d.Reason, openFor)
+	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
+	switch d.Write {
+	case WriteOpen:
+		r.event(b, "Normal", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, b.Spec.OpenAction, webhook, d.Message)
+	case WriteClose:
+		r.event(b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s: %s", d.Reason, webhook, d.Message)
+	}
+	return after, nil
+}
+
+func (r *Reconciler) event(b *v1alpha1.WebhookCircuitBreaker, typ, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, typ, reason, action, note, args...)
+	}
+}
+
+// patchFinalizer adds or removes the finalizer with an optimistic lock, so a
+// concurrent spec change makes it retry rather than be overwritten.
+func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, add bool) error {
+	base := b.DeepCopy()
+	if add {
+		controllerutil.AddFinalizer(b, Finalizer)
+	} else {
+		controllerutil.RemoveFinalizer(b, Finalizer)
+	}
+	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("update finalizer of breaker %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
+	v := b.Annotations[RearmAnnotation]
+	return v != "" && v != b.Status.ObservedRearm
+}
+
+// report writes the status if it changed, and emits events for refusals the
+// first time they happen.
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs observed, after circuit.State, writeErr error) error {
+	status := computeStatus(b, in, d, obs, after, writeErr, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
+	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
+	r.emitConditionEvents(b, status)
+	if rearmRequested(b) {
+		r.event(b, "Normal", ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", RearmAnnotation, b.Annotations[RearmAnnotation])
+	}
+	if equality.Semantic.DeepEqual(status, b.Status) {
+		return nil
+	}
+	b.Status = status
+	if err := r.Client.Status().Update(ctx, b); err != nil {
+		return fmt.Errorf("update status of breaker %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotBypass) }
+
+// emitConditionEvents reports refusals and findings once, when their condition
+// first turns up, not on every reconcile.
+func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
+	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported} {
+		c := meta.FindStatusCondition(next.Conditions, typ)
+		if c == nil {
+			continue
+		}
+		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
+		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound)
+		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
+			continue
+		}
+		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
+	}
+	if next.DisarmedReason != "" && b.Status.DisarmedReason == "" {
+		r.event(b, "Warning", ReasonDisarmed, "Disarm", "tripswitch will not open this circuit again for this outage: %s", next.DisarmedReason)
+	}
+}

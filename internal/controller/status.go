@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// Condition types.
+const (
+	ConditionReady            = "Ready"
+	ConditionCircuitOpen      = "CircuitOpen"
+	ConditionTargetFound      = "TargetFound"
+	ConditionExternalChange   = "ExternalChange"
+	ConditionProbeUnsupported = "ProbeUnsupported"
+)
+
+// maxHistory bounds status.history (the CRD enforces the same).
+const maxHistory = 20
+
+// Probe defaults, seed 000's; the CRD applies the same ones.
+const (
+	defaultInterval         = time.Second
+	defaultTimeout          = 250 * time.Millisecond
+	defaultFailureThreshold = 3
+	defaultSuccessThreshold = 5
+	defaultHealthPath       = "/healthz"
+)
+
+// resolvedProbe is a ProbeSpec with every default applied.
+type resolvedProbe struct {
+	Interval, Timeout                  time.Duration
+	FailureThreshold, SuccessThreshold int32
+	Kind                               v1alpha1.ProbeKind
+	HealthPath                         string
+}
+
+// withDefaults applies defaults the API server normally applies, so a breaker
+// stored before a default existed still behaves.
+func withDefaults(p v1alpha1.ProbeSpec) resolvedProbe {
+	r := resolvedProbe{defaultInterval, defaultTimeout, defaultFailureThreshold, defaultSuccessThreshold, v1alpha1.ProbeHTTPGet, defaultHealthPath}
+	if p.Interval != nil && p.Interval.Duration > 0 {
+		r.Interval = p.Interval.Duration
+	}
+	if p.Timeout != nil && p.Timeout.Duration > 0 {
+		r.Timeout = p.Timeout.Duration
+	}
+	if p.FailureThreshold > 0 {
+		r.FailureThreshold = p.FailureThreshold
+	}
+	if p.SuccessThreshold > 0 {
+		r.SuccessThreshold = p.SuccessThreshold
+	}
+	if p.Kind != "" {
+		r.Kind = p.Kind
+	}
+	if p.HealthPath != "" {
+		r.HealthPath = p.HealthPath
+	}
+	return r
+}
+
+func probeSettings(b *v1alpha1.WebhookCircuitBreaker, w circuit.Webhook) probe.Settings {
+	p := withDefaults(b.Spec.Probe)
+	return probe.Settings{
+		Target: probe.Target{
+			ClientConfig: w.ClientConfig, Kind: p.Kind, HealthPath: p.HealthPath,
+			Timeout: p.Timeout, ReviewVersions: w.ReviewVersions,
+		},
+		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
+	}
+}
+
+// computeStatus derives the next status from what was read, decided and
+// written. The webhook's record is the truth; the status only mirrors it.
+func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs observed, after circuit.State, writeErr error, now metav1.Time) v1alpha1.WebhookCircuitBreakerStatus {
+	s := *b.Status.DeepCopy()
+	s.ObservedGeneration = b.Generation
+	gen := b.Generation
+
+	ours := after.Record
+	if ours != nil && ours.BreakerUID != b.UID {
+		ours = nil
+	}
+	state := v1alpha1.StateClosed
+	switch {
+	case !in.TargetFound || after.RecordErr != nil || d.Reason == ReasonRecordOfOther:
+		state = v1alpha1.StateUnknown
+	case ours != nil:
+		state = v1alpha1.StateOpen
+	}
+	if state != s.State {
+		s.State = state
+		s.LastTransitionTime = &now
+	}
+
+	if obs.cfg != nil {
+		if uid := obs.cfg.Object.GetUID(); uid != s.TargetUID {
+			s.Record = nil // a recreated configuration carries no record of ours
+			s.TargetUID = uid
+		}
+	}
+	s.History = updateHistory(s.History, s.Record, ours, d.Reason, now)
+	if in.TargetFound && after.RecordErr == nil {
+		s.Record = ours
+	}
+
+	if rearmRequested(b) {
+		s.ObservedRearm = b.Annotations[RearmAnnotation]
+		s.DisarmedReason = ""
+	}
+	switch {
+	case d.Disarm != "":
+		s.DisarmedReason = d.Disarm
+	case d.Rearm:
+		s.DisarmedReason = ""
+	}
+
+	s.Probe = v1alpha1.ProbeStatus{
+		ConsecutiveFailures:  obs.health.ConsecutiveFailures,
+		ConsecutiveSuccesses: obs.health.ConsecutiveSuccesses,
+		LastResult:           string(obs.health.Last.Status),
+		LastReason:           obs.health.Last.Reason,
+	}
+
+	set := func(typ string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
+	}
+	if in.TargetFound {
+		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
+	} else {
+		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, obs))
+	}
+	if ours != nil {
+		set(ConditionCircuitOpen, true, ReasonCircuitOpen, string(ours.Action)+" since "+ours.OpenedAt.UTC().Format(time.RFC3339)+": "+ours.Reason)
+	} else {
+		set(ConditionCircuitOpen, false, ReasonCircuitClosed, "tripswitch holds no change on the webhook")
+	}
+	if d.ExternalChange {
+		set(ConditionExternalChange, true, d.Reason, d.Message)
+	} else if s.DisarmedReason == "" {
+		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
+	}
+	if obs.health.Last.Status == probe.Unknown {
+		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, obs.health.Last.Reason)
+	} else {
+		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
+	}
+	switch {
+	case writeErr != nil:
+		reason := ReasonWriteFailed
+		if d.Write == WriteOpen && isCannotBypass(writeErr) {
+			reason = ReasonCannotBypass
+		}
+		set(ConditionReady, false, reason, writeErr.Error())
+	case d.Reason == ReasonCorruptRecord || d.Reason == ReasonRecordOfOther || d.Reason == ReasonTargetNotFound:
+		set(ConditionReady, false, d.Reason, d.Message)
+	default:
+		set(ConditionReady, true, ReasonReconciled, d.Message)
+	}
+	return s
+}
+
+// updateHistory opens a window when a record appears and closes the last one
+// when it goes, so history follows the record even across missed updates.
+func updateHistory(h []v1alpha1.OpenWindow, before, after *v1alpha1.CircuitRecord, reason string, now metav1.Time) []v1alpha1.OpenWindow {
+	if before != nil && (after == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
+		if n := len(h); n > 0 && h[n-1].ClosedAt == nil {
+			h[n-1].ClosedAt = &now
+			h[n-1].CloseReason = reason
+		}
+	}
+	if after != nil && (before == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
+		h = append(h, v1alpha1.OpenWindow{OpenedAt: after.OpenedAt, Action: after.Action, Reason: after.Reason})
+	}
+	if len(h) > maxHistory {
+		h = h[len(h)-maxHistory:]
+	}
+	return h
+}
+
+func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs observed) string {
+	t := b.Spec.Target
+	if obs.cfg == nil {
+		return string(t.Kind) + " " + t.ConfigurationName + " not found"
+	}
+	return "webhook " + t.WebhookName + " not found in " + string(t.Kind) + " " + t.ConfigurationName
+}

@@ -1,0 +1,194 @@
+package probe
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Settings are one monitored webhook's probe settings.
+type Settings struct {
+	Target           Target
+	Interval         time.Duration
+	FailureThreshold int32
+	SuccessThreshold int32
+}
+
+// Observation is a monitor's current view of one webhook. The consecutive
+// counts saturate at their thresholds: beyond that they change no decision.
+type Observation struct {
+	ConsecutiveFailures  int32
+	ConsecutiveSuccesses int32
+	// Last is the most recent result; its Status is empty before the first probe.
+	Last Result
+}
+
+// Monitor probes each registered webhook from its own goroutine, at its own
+// interval with jitter, and calls Notify after every probe. It is a
+// controller-runtime Runnable: loops run only while Start's context lives,
+// which under leader election means only while this replica leads.
+type Monitor struct {
+	prober Prober
+	notify func(key string, r Result)
+	clock  clock.WithTicker
+
+	mu    sync.Mutex
+	ctx   context.Context // nil until Start
+	loops map[string]*loop
+}
+
+type loop struct {
+	settings Settings
+	obs      Observation
+	cancel   context.CancelFunc // nil until running
+	restart  bool               // interval changed: restart the ticker
+}
+
+// NewMonitor returns a monitor using prober. notify is called after every
+// probe, outside any lock; it typically triggers a reconcile.
+func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result)) *Monitor {
+	return &Monitor{prober: prober, notify: notify, clock: clk, loops: map[string]*loop{}}
+}
+
+// Start runs the monitor until ctx ends, then stops every loop.
+func (m *Monitor) Start(ctx context.Context) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	for key, l := range m.loops {
+		m.run(key, l)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.mu.Lock()
+	m.ctx = nil
+	for _, l := range m.loops {
+		l.cancel = nil
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// NeedLeaderElection keeps probing on the leader only.
+func (m *Monitor) NeedLeaderElection() bool { return true }
+
+// Ensure starts probing key with s, or updates a running loop's settings. A
+// changed interval restarts the loop; other changes apply at the next probe.
+func (m *Monitor) Ensure(key string, s Settings) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.loops[key]
+	if !ok {
+		l = &loop{settings: s}
+		m.loops[key] = l
+		m.run(key, l)
+		return
+	}
+	if l.settings.Interval != s.Interval && l.cancel != nil {
+		l.cancel()
+		l.cancel = nil
+		l.settings = s
+		m.run(key, l)
+		return
+	}
+	l.settings = s
+}
+
+// Stop stops probing key and forgets its observation.
+func (m *Monitor) Stop(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l, ok := m.loops[key]; ok {
+		if l.cancel != nil {
+			l.cancel()
+		}
+		delete(m.loops, key)
+	}
+}
+
+// Observe returns key's current observation; false if key is not monitored.
+func (m *Monitor) Observe(key string) (Observation, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.loops[key]
+	if !ok {
+		return Observation{}, false
+	}
+	return l.obs, true
+}
+
+// run starts l's goroutine if the monitor is running. Callers hold m.mu.
+func (m *Monitor) run(key string, l *loop) {
+	if m.ctx == nil || l.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	l.cancel = cancel
+	go m.probeLoop(ctx, key, l, l.settings.Interval)
+}
+
+func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval time.Duration) {
+	// Jitter the first probe so breakers created together do not probe in lockstep.
+	if !m.sleep(ctx, time.Duration(rand.Int64N(int64(interval)/4+1))) {
+		return
+	}
+	ticker := m.clock.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		m.mu.Lock()
+		s := l.settings
+		m.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, s.Target.Timeout)
+		start := m.clock.Now()
+		r := m.prober.Probe(pctx, s.Target)
+		cancel()
+		if r.Latency == 0 {
+			r.Latency = m.clock.Since(start)
+		}
+		m.mu.Lock()
+		// Stop and Ensure cancel under m.mu, so this check cannot race them: a
+		// loop stopped mid-probe never records its result.
+		if ctx.Err() != nil {
+			m.mu.Unlock()
+			return
+		}
+		l.obs = observe(l.obs, r, s)
+		m.mu.Unlock()
+		m.notify(key, r)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+func (m *Monitor) sleep(ctx context.Context, d time.Duration) bool {
+	t := m.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// observe folds one result into an observation.
+func observe(o Observation, r Result, s Settings) Observation {
+	o.Last = r
+	switch r.Status {
+	case Healthy:
+		o.ConsecutiveFailures = 0
+		o.ConsecutiveSuccesses = min(o.ConsecutiveSuccesses+1, s.SuccessThreshold)
+	case Unhealthy:
+		o.ConsecutiveSuccesses = 0
+		o.ConsecutiveFailures = min(o.ConsecutiveFailures+1, s.FailureThreshold)
+	default:
+		// Unknown says nothing about health in either direction.
+		o.ConsecutiveFailures, o.ConsecutiveSuccesses = 0, 0
+	}
+	return o
+}

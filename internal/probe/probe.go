@@ -1,0 +1,60 @@
+// Package probe checks the health of an admission webhook. Its central rule:
+// a webhook tripswitch cannot probe is Unknown, never Unhealthy, because "cannot
+// probe" is not "down" and must never open a circuit.
+package probe
+
+import (
+	"context"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// Status is the outcome of one probe.
+type Status string
+
+// Probe outcomes.
+const (
+	// Healthy: the webhook answered as a healthy webhook does.
+	Healthy Status = "Healthy"
+	// Unhealthy: the webhook was reached, or should have been, and failed.
+	Unhealthy Status = "Unhealthy"
+	// Unknown: the probe could not be made (bad or unsupported configuration).
+	Unknown Status = "Unknown"
+)
+
+// Result is one probe's outcome.
+type Result struct {
+	Status Status
+	// Reason is a short, precise explanation ("timeout after 250ms", "HTTP 503").
+	Reason string
+	// Latency is how long the probe took.
+	Latency time.Duration
+}
+
+// Target is everything a probe needs to reach one webhook.
+type Target struct {
+	// ClientConfig is the webhook's, as the API server would use it.
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+	// Kind is HTTPGet or AdmissionReview.
+	Kind v1alpha1.ProbeKind
+	// HealthPath is the HTTPGet path.
+	HealthPath string
+	// Timeout bounds one probe.
+	Timeout time.Duration
+	// ReviewVersions are the webhook's admissionReviewVersions.
+	ReviewVersions []string
+}
+
+// Prober probes a target once. Implementations must honour ctx and Timeout.
+type Prober interface {
+	Probe(ctx context.Context, t Target) Result
+}
+
+// ProberFunc adapts a function to Prober.
+type ProberFunc func(ctx context.Context, t Target) Result
+
+// Probe calls f.
+func (f ProberFunc) Probe(ctx context.Context, t Target) Result { return f(ctx, t) }
