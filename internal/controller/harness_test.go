@@ -27,8 +27,8 @@ import (
 )
 
 const (
-	target  = "target.tripswitch.test"
-	other   = "other.tripswitch.test"
+	target = "target.tripswitch.test"
+	other  = "other.tripswitch.test"
 )
 
 // scriptedHealth is a HealthSource whose observations the test sets.
