@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/go-logr/logr"
 	"os"
 	"strings"
 	"sync"
@@ -66,6 +67,7 @@ func (h *scriptedHealth) set(key string, st probe.Status) {
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	var err error
 	env, err = testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	if err != nil {

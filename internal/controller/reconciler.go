@@ -235,6 +235,10 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	status := computeStatus(b, in, d, obs, after, writeErr, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
 	r.emitConditionEvents(b, status)
+	if status.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {
+		r.event(b, "Warning", ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
+			b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, status.TargetUID, b.Status.TargetUID)
+	}
 	if rearmRequested(b) {
 		r.event(b, "Normal", ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", RearmAnnotation, b.Annotations[RearmAnnotation])
 	}

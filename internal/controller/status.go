@@ -99,14 +99,19 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		s.LastTransitionTime = &now
 	}
 
-	if obs.cfg != nil {
-		if uid := obs.cfg.Object.GetUID(); uid != s.TargetUID {
-			s.Record = nil // a recreated configuration carries no record of ours
-			s.TargetUID = uid
-		}
+	// The record lives and dies with the configuration: one that is gone, or
+	// was recreated (new UID), carries no record of ours.
+	switch {
+	case obs.cfg == nil:
+		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, now)
+		s.Record = nil
+	case obs.cfg.Object.GetUID() != s.TargetUID:
+		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetRecreated, now)
+		s.Record = nil
+		s.TargetUID = obs.cfg.Object.GetUID()
 	}
-	s.History = updateHistory(s.History, s.Record, ours, d.Reason, now)
 	if in.TargetFound && after.RecordErr == nil {
+		s.History = updateHistory(s.History, s.Record, ours, d.Reason, now)
 		s.Record = ours
 	}
 

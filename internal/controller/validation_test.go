@@ -1,0 +1,76 @@
+package controller_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// TestAPIServerRejectsBadBreakers pins the CRD's validation on the real API
+// server: each bad breaker is refused with a message that names the problem.
+func TestAPIServerRejectsBadBreakers(t *testing.T) {
+	b := newBed(t)
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	cases := []struct {
+		name    string
+		mutate  func(*v1alpha1.WebhookCircuitBreaker)
+		wantMsg string
+	}{
+		{"mutating target without approval", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.AllowAdmissionWithoutMutation = false }, "allowAdmissionWithoutMutation must be true"},
+		{"validating target with only the mutation approval", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.Target.Kind = v1alpha1.ValidatingWebhookConfiguration
+		}, "allowAdmissionWithoutValidation must be true"},
+		{"unknown kind", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.Kind = "Deployment" }, `spec.target.kind: Unsupported value: "Deployment"`},
+		{"unknown action", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.OpenAction = "Delete" }, "spec.openAction"},
+		{"unknown mode", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Mode = "Sometimes" }, "spec.mode"},
+		{"zero failure threshold", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.FailureThreshold = -1 }, "spec.probe.failureThreshold"},
+		{"huge success threshold", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.SuccessThreshold = 1000 }, "spec.probe.successThreshold"},
+		{"interval too short", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Interval = dur(time.Millisecond) }, "probe.interval must be between 100ms and 1h"},
+		{"timeout longer than interval", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.Probe.Interval, w.Spec.Probe.Timeout = dur(time.Second), dur(2*time.Second)
+		}, "probe.timeout must not exceed probe.interval"},
+		{"relative health path", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.HealthPath = "healthz" }, "spec.probe.healthPath"},
+		{"empty webhook name", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = "" }, "spec.target.webhookName"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wcb := &v1alpha1.WebhookCircuitBreaker{
+				ObjectMeta: metav1.ObjectMeta{Name: b.cfg + "-" + string(rune('a'+i))},
+				Spec: v1alpha1.WebhookCircuitBreakerSpec{
+					Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: "c", WebhookName: target},
+					AllowAdmissionWithoutMutation: true,
+				},
+			}
+			tc.mutate(wcb)
+			err := b.c.Create(b.ctx, wcb)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("create: %v\nwant an Invalid error containing %q", err, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestAPIServerAppliesSeedDefaults pins the defaults and the immutable target.
+func TestAPIServerAppliesSeedDefaults(t *testing.T) {
+	b := newBed(t)
+	b.createBreaker(b.cfg, nil)
+	var got v1alpha1.WebhookCircuitBreaker
+	if err := b.c.Get(b.ctx, types.NamespacedName{Name: b.cfg}, &got); err != nil {
+		t.Fatal(err)
+	}
+	p := got.Spec.Probe
+	if p.Interval.Duration != time.Second || p.Timeout.Duration != 250*time.Millisecond || p.FailureThreshold != 3 || p.SuccessThreshold != 5 ||
+		p.Kind != v1alpha1.ProbeHTTPGet || p.HealthPath != "/healthz" || got.Spec.Mode != v1alpha1.ModeAuto || got.Spec.OpenAction != v1alpha1.OpenActionIgnore {
+		t.Fatalf("defaults = %+v mode %s action %s", p, got.Spec.Mode, got.Spec.OpenAction)
+	}
+	got.Spec.Target.WebhookName = "else.tripswitch.test"
+	if err := b.c.Update(b.ctx, &got); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "target is immutable") {
+		t.Fatalf("changing the target: %v", err)
+	}
+}
