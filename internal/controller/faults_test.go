@@ -111,7 +111,8 @@ func (fl *faulty) wrap(c client.WithWatch) client.Client {
 // reconciler run: each run must end at the right policy with the record
 // present exactly while open.
 func TestEveryInjectedFaultConverges(t *testing.T) {
-	w, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	cp := controlPlane(t)
+	w, err := client.NewWithWatch(cp.Config, client.Options{Scheme: cp.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,6 @@ func runFaultedCycle(t *testing.T, action v1alpha1.OpenAction, faultyClient clie
 		t.Fatalf("status after close: %+v", st)
 	}
 }
-
 
 func isOpenAs(w admissionregistrationv1.MutatingWebhook, action v1alpha1.OpenAction) bool {
 	if action == v1alpha1.OpenActionIgnore {

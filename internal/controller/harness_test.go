@@ -63,20 +63,32 @@ func (h *scriptedHealth) set(key string, st probe.Status) {
 	h.obs[key] = o
 }
 
-// env is the package's control plane, started once by TestMain.
-var env *testenv.Env
+// The package's control plane starts on first use, so pure tests and fuzzing
+// do not pay for it; TestMain stops it.
+var (
+	envOnce sync.Once
+	env     *testenv.Env
+	envErr  error
+)
+
+func controlPlane(t *testing.T) *testenv.Env {
+	t.Helper()
+	envOnce.Do(func() {
+		env, envErr = testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	})
+	if envErr != nil {
+		t.Fatalf("start control plane: %v", envErr)
+	}
+	return env
+}
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
-	var err error
-	env, err = testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+	if env != nil {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+		}
 	}
 	os.Exit(code)
 }
@@ -95,7 +107,7 @@ type bed struct {
 func newBed(t *testing.T) *bed {
 	t.Helper()
 	return &bed{
-		t: t, ctx: t.Context(), c: env.Client, health: newScriptedHealth(),
+		t: t, ctx: t.Context(), c: controlPlane(t).Client, health: newScriptedHealth(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
 		cfg:   strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())),
 	}

@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"errors"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+const uid = "breaker-uid"
+
+var (
+	down    = Health{Failures: 3, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unhealthy}
+	up      = Health{Successes: 5, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Healthy}
+	pending = Health{Failures: 2, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unhealthy}
+	unknown = Health{FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unknown}
+)
+
+func webhookWith(policy admissionregistrationv1.FailurePolicyType, conds ...string) circuit.Webhook {
+	w := circuit.Webhook{Name: "w.tripswitch.test", FailurePolicy: ptr.To(policy)}
+	for _, c := range conds {
+		w.MatchConditions = append(w.MatchConditions, admissionregistrationv1.MatchCondition{Name: c, Expression: "false"})
+	}
+	return w
+}
+
+func ignoreRecord(owner string) *v1alpha1.CircuitRecord {
+	return &v1alpha1.CircuitRecord{Webhook: "w.tripswitch.test", BreakerUID: "breaker-uid", Breaker: owner, Action: v1alpha1.OpenActionIgnore, SetFailurePolicy: "Ignore", OriginalFailurePolicy: ptr.To("Fail")}
+}
+
+func bypassRecord() *v1alpha1.CircuitRecord {
+	return &v1alpha1.CircuitRecord{Webhook: "w.tripswitch.test", BreakerUID: uid, Action: v1alpha1.OpenActionBypass, MatchCondition: circuit.MatchConditionName}
+}
+
+// closedFail is a healthy, untouched Fail webhook; openIgnore is one tripswitch opened with Ignore.
+var (
+	closedFail   = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail)}
+	openIgnore   = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore), Record: ignoreRecord("b")}
+	openBypass   = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail, circuit.MatchConditionName), Record: bypassRecord()}
+	adminIgnore  = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore)}
+	adminClosed  = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail), Record: ignoreRecord("b")}
+	corrupt      = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore), RecordErr: errors.New("corrupt circuit record: not JSON")}
+	othersRecord = circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore), Record: &v1alpha1.CircuitRecord{Webhook: "w.tripswitch.test", BreakerUID: "someone-else", Action: v1alpha1.OpenActionIgnore, SetFailurePolicy: "Ignore"}}
+)
+
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name        string
+		in          Input
+		wantWrite   Write
+		wantReason  string
+		wantDisarm  bool
+		wantRearm   bool
+		wantRelease bool
+	}{
+		{name: "a healthy closed webhook is left alone", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: up}, wantReason: ReasonNoChange},
+		{name: "a failing webhook opens after the threshold", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down}, wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
+		{name: "a webhook below the failure threshold stays closed", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: pending}, wantReason: ReasonAwaitingProbes},
+		{name: "unknown health never opens", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: unknown}, wantReason: ReasonAwaitingProbes},
+		{name: "unknown health never closes an open circuit", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: unknown}, wantReason: ReasonStillOpen},
+		{name: "an open circuit stays open while the webhook is down", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: down}, wantReason: ReasonStillOpen},
+		{name: "an open circuit closes after the success threshold", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: up}, wantWrite: WriteClose, wantReason: ReasonWebhookRecovered},
+		{name: "a bypassed webhook closes after the success threshold", in: Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: openBypass, Health: up}, wantWrite: WriteClose, wantReason: ReasonWebhookRecovered},
+		{name: "an administrator's Ignore is not taken over", in: Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, Health: down}, wantReason: ReasonAlreadyFailOpen},
+		{name: "an administrator's Ignore does not stop a Bypass", in: Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: adminIgnore, Health: down}, wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
+		{name: "an administrator's Fail while open drops the record and disarms", in: Input{Mode: v1alpha1.ModeAuto, State: adminClosed, Health: down}, wantWrite: WriteDrop, wantReason: ReasonExternalChange, wantDisarm: true},
+		{name: "an administrator's Fail after recovery drops the record without disarming", in: Input{Mode: v1alpha1.ModeAuto, State: adminClosed, Health: up}, wantWrite: WriteDrop, wantReason: ReasonExternalChange},
+		{name: "a disarmed breaker does not open", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down, Disarmed: true}, wantReason: ReasonDisarmed},
+		{name: "a healthy webhook re-arms a disarmed breaker", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: up, Disarmed: true}, wantReason: ReasonNoChange, wantRearm: true},
+		{name: "a removed record with the value left in place is not restored", in: Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, Mirror: ignoreRecord("b"), Health: up}, wantReason: ReasonRecordRemoved},
+		{name: "a corrupt record is never acted on", in: Input{Mode: v1alpha1.ModeAuto, State: corrupt, Health: up}, wantReason: ReasonCorruptRecord},
+		{name: "another breaker's record is never acted on", in: Input{Mode: v1alpha1.ModeAuto, State: othersRecord, Health: up}, wantReason: ReasonRecordOfOther},
+		{name: "a missing target is reported", in: Input{Mode: v1alpha1.ModeAuto, State: circuit.State{Index: -1}, Health: down}, wantReason: ReasonTargetNotFound},
+		{name: "ForceOpen opens a healthy webhook", in: Input{Mode: v1alpha1.ModeForceOpen, State: closedFail, Health: up}, wantWrite: WriteOpen, wantReason: ReasonForceOpen},
+		{name: "ForceOpen keeps an open circuit open when healthy", in: Input{Mode: v1alpha1.ModeForceOpen, State: openIgnore, Health: up}, wantReason: ReasonStillOpen},
+		{name: "ForceClosed closes during an outage and disarms", in: Input{Mode: v1alpha1.ModeForceClosed, State: openIgnore, Health: down}, wantWrite: WriteClose, wantReason: ReasonForceClosed, wantDisarm: true},
+		{name: "ForceClosed on a healthy webhook re-arms", in: Input{Mode: v1alpha1.ModeForceClosed, State: closedFail, Health: up, Disarmed: true}, wantReason: ReasonForceClosed, wantRearm: true},
+		{name: "Observe never writes, even when down", in: Input{Mode: v1alpha1.ModeObserve, State: closedFail, Health: down}, wantReason: ReasonObserving},
+		{name: "Observe never closes", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Health: up}, wantReason: ReasonObserving},
+		{name: "Observe reports an external change without dropping", in: Input{Mode: v1alpha1.ModeObserve, State: adminClosed, Health: up}, wantReason: ReasonExternalChange},
+		{name: "a changed action closes first", in: Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: openIgnore, Health: down}, wantWrite: WriteClose, wantReason: ReasonOpenActionChanged},
+		{name: "deleting an open breaker restores", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: down, Deleting: true}, wantWrite: WriteClose, wantReason: ReasonBreakerDeleted},
+		{name: "deleting a closed breaker releases the finalizer", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down, Deleting: true}, wantReason: ReasonFinalizerReleased, wantRelease: true},
+		{name: "deleting a breaker whose target is gone releases the finalizer", in: Input{Mode: v1alpha1.ModeAuto, State: circuit.State{Index: -1}, Deleting: true}, wantReason: ReasonTargetGone, wantRelease: true},
+		{name: "deleting an Observe breaker still restores what it opened", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Deleting: true}, wantWrite: WriteClose, wantReason: ReasonBreakerDeleted},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.BreakerUID = uid
+			in.TargetFound = in.State.Index >= 0
+			if in.Action == "" {
+				in.Action = v1alpha1.OpenActionIgnore
+			}
+			d := Decide(in)
+			if d.Write != tc.wantWrite || d.Reason != tc.wantReason || (d.Disarm != "") != tc.wantDisarm || d.Rearm != tc.wantRearm || d.ReleaseFinalizer != tc.wantRelease {
+				t.Errorf("Decide = %+v\nwant write %q reason %s disarm %v rearm %v release %v", d, tc.wantWrite, tc.wantReason, tc.wantDisarm, tc.wantRearm, tc.wantRelease)
+			}
+		})
+	}
+}
+
+// FuzzDecide checks the safety rules over arbitrary inputs.
+func FuzzDecide(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false)
+	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false)
+	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, unknownLast bool) {
+		modes := []v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}
+		actions := []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass}
+		states := []circuit.State{closedFail, openIgnore, openBypass, adminIgnore, adminClosed, corrupt, othersRecord, {Index: -1}}
+		in := Input{
+			Mode: modes[int(mode)%len(modes)], Action: actions[int(action)%len(actions)], BreakerUID: uid,
+			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed,
+			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Healthy},
+		}
+		if unknownLast {
+			in.Health.Last = probe.Unknown
+		}
+		in.TargetFound = in.State.Index >= 0
+		d := Decide(in)
+		owned := in.State.Record != nil && in.State.Record.BreakerUID == uid && in.State.RecordErr == nil
+		switch {
+		case d.Write != WriteNone && (!in.TargetFound || in.State.RecordErr != nil || (in.State.Record != nil && !owned)):
+			t.Fatalf("wrote %s to a target it must not touch: %+v", d.Write, in)
+		case d.Write == WriteOpen && (in.Disarmed || in.Deleting || in.Mode == v1alpha1.ModeObserve || in.Mode == v1alpha1.ModeForceClosed):
+			t.Fatalf("opened while it must not: %+v", in)
+		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict() != Unhealthy:
+			t.Fatalf("Auto opened without an Unhealthy verdict: %+v", in)
+		case d.Write == WriteClose && !in.State.Intact():
+			t.Fatalf("closed over a value it does not own: %+v", in)
+		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.Health.Verdict() != Healthy && in.State.Record.Action == in.Action:
+			t.Fatalf("Auto closed without a Healthy verdict: %+v", in)
+		case d.Write != WriteNone && in.Mode == v1alpha1.ModeObserve && !in.Deleting:
+			t.Fatalf("Observe wrote %s", d.Write)
+		case d.ReleaseFinalizer && owned && in.State.Intact():
+			t.Fatalf("released the finalizer with the circuit still open: %+v", in)
+		}
+	})
+}
