@@ -1,0 +1,135 @@
+package probe_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// script is a prober whose next result the test sets.
+type script struct {
+	mu     sync.Mutex
+	status probe.Status
+	calls  atomic.Int32
+}
+
+func (s *script) set(st probe.Status) { s.mu.Lock(); s.status = st; s.mu.Unlock() }
+
+func (s *script) Probe(ctx context.Context, _ probe.Target) probe.Result {
+	s.calls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return probe.Result{Status: s.status, Reason: "scripted"}
+}
+
+type harness struct {
+	t      *testing.T
+	clk    *clocktesting.FakeClock
+	mon    *probe.Monitor
+	probed chan string
+}
+
+func start(t *testing.T, p probe.Prober) *harness {
+	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Unix(0, 0)), probed: make(chan string, 100)}
+	h.mon = probe.NewMonitor(p, h.clk, func(key string, _ probe.Result) { h.probed <- key })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.mon.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// tick advances the fake clock by one interval and waits for a probe of key.
+func (h *harness) tick(key string, interval time.Duration) {
+	h.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		h.clk.Step(interval)
+		select {
+		case got := <-h.probed:
+			if got != key {
+				h.t.Fatalf("probed %q, want %q", got, key)
+			}
+			return
+		case <-time.After(time.Millisecond):
+		case <-deadline:
+			h.t.Fatalf("no probe of %s", key)
+		}
+	}
+}
+
+var settings = probe.Settings{Interval: time.Second, FailureThreshold: 3, SuccessThreshold: 2, Target: probe.Target{Timeout: 250 * time.Millisecond}}
+
+func TestMonitorCountsConsecutiveResultsAndSaturates(t *testing.T) {
+	p := &script{status: probe.Unhealthy}
+	h := start(t, p)
+	h.mon.Ensure("b", settings)
+	for want := int32(1); want <= 5; want++ {
+		h.tick("b", time.Second)
+		o, ok := h.mon.Observe("b")
+		if !ok || o.ConsecutiveFailures != min(want, 3) || o.ConsecutiveSuccesses != 0 || o.Last.Status != probe.Unhealthy {
+			t.Fatalf("after %d failures: %+v", want, o)
+		}
+	}
+	p.set(probe.Healthy)
+	h.tick("b", time.Second)
+	if o, _ := h.mon.Observe("b"); o.ConsecutiveFailures != 0 || o.ConsecutiveSuccesses != 1 {
+		t.Fatalf("one success after failures: %+v", o)
+	}
+	p.set(probe.Unknown)
+	h.tick("b", time.Second)
+	if o, _ := h.mon.Observe("b"); o.ConsecutiveFailures != 0 || o.ConsecutiveSuccesses != 0 || o.Last.Status != probe.Unknown {
+		t.Fatalf("Unknown must reset both counts: %+v", o)
+	}
+}
+
+func TestMonitorStopEndsProbing(t *testing.T) {
+	p := &script{status: probe.Healthy}
+	h := start(t, p)
+	h.mon.Ensure("b", settings)
+	h.tick("b", time.Second)
+	h.mon.Stop("b")
+	if _, ok := h.mon.Observe("b"); ok {
+		t.Fatal("stopped breaker still observed")
+	}
+	before := p.calls.Load()
+	for range 20 {
+		h.clk.Step(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if after := p.calls.Load(); after != before {
+		t.Fatalf("prober called %d more times after Stop", after-before)
+	}
+}
+
+func TestMonitorWaitsForStart(t *testing.T) {
+	p := &script{status: probe.Healthy}
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	probed := make(chan string, 10)
+	mon := probe.NewMonitor(p, clk, func(key string, _ probe.Result) { probed <- key })
+	mon.Ensure("b", settings) // before Start: as when the reconciler runs first
+	clk.Step(time.Hour)
+	if p.calls.Load() != 0 {
+		t.Fatal("probed before Start")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = mon.Start(ctx) }()
+	deadline := time.After(10 * time.Second)
+	for {
+		clk.Step(time.Second)
+		select {
+		case <-probed:
+			return
+		case <-time.After(time.Millisecond):
+		case <-deadline:
+			t.Fatal("no probe after Start")
+		}
+	}
+}
