@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,4 +258,26 @@ func crashCycle(t *testing.T, k int) (fired bool) {
 			b.getBreaker(wcb.Name).Status.State == v1alpha1.StateClosed
 	})
 	return true
+}
+
+// TestUnprobeableWebhookNeverOpens runs the real prober against a webhook whose
+// caBundle is garbage: the probe is Unknown, the breaker says why, and the
+// circuit stays closed however long it runs.
+func TestUnprobeableWebhookNeverOpens(t *testing.T) {
+	b := newBed(t)
+	orig := b.createConfig(nil) // caBundle "not-a-real-ca-...": not PEM
+	wcb := b.createBreaker(b.cfg, fastBreaker)
+	runManager(t, b.cfg, &probe.HTTPProber{}, nil)
+	eventually(t, "ProbeUnsupported reported", func() bool {
+		c := condition(b.getBreaker(wcb.Name), controller.ConditionProbeUnsupported)
+		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "caBundle holds no PEM certificate")
+	})
+	time.Sleep(time.Second) // ten more probe intervals
+	cfg := b.getConfig()
+	if hasRecord(cfg) || webhookJSON(t, cfg, target) != webhookJSON(t, orig, target) {
+		t.Fatalf("an unprobeable webhook was opened: %s", webhookJSON(t, cfg, target))
+	}
+	if st := b.getBreaker(wcb.Name).Status; st.State != v1alpha1.StateClosed || st.Probe.LastResult != string(probe.Unknown) {
+		t.Fatalf("status: %+v", st)
+	}
 }

@@ -1,0 +1,298 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// maxBody bounds how much of a response is read.
+const maxBody = 1 << 20
+
+// HTTPProber probes webhooks over HTTPS the way kube-apiserver calls them:
+// service references resolve to <svc>.<ns>.svc on the service port (443 by
+// default) with that name as TLS server name, URL webhooks to their host and
+// port; trust comes from caBundle, or the system roots when it is omitted;
+// HTTP/1.1 only.
+type HTTPProber struct {
+	// DialContext opens TCP connections; nil means a net.Dialer. Tests inject
+	// one that maps <svc>.<ns>.svc:<port> to 127.0.0.1.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RootCAs is the trust used when caBundle is omitted; nil means the system roots.
+	RootCAs *x509.CertPool
+}
+
+// endpoint is a resolved probe destination.
+type endpoint struct {
+	url        string
+	serverName string
+	roots      *x509.CertPool
+}
+
+// unprobeable marks a configuration problem: the result is Unknown.
+type unprobeable struct{ reason string }
+
+func (u unprobeable) Error() string { return u.reason }
+
+func cannot(format string, args ...any) error { return unprobeable{fmt.Sprintf(format, args...)} }
+
+// Probe performs one probe of t within ctx and t.Timeout.
+func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
+	start := time.Now()
+	r := p.probe(ctx, t)
+	r.Latency = time.Since(start)
+	return r
+}
+
+func (p *HTTPProber) probe(ctx context.Context, t Target) Result {
+	ep, err := p.resolve(t)
+	if err != nil {
+		return Result{Status: Unknown, Reason: err.Error()}
+	}
+	if t.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
+		defer cancel()
+	}
+	req, uid, err := newRequest(ctx, t, ep.url)
+	if err != nil {
+		return Result{Status: Unknown, Reason: err.Error()}
+	}
+	resp, err := p.client(ep).Do(req)
+	if err != nil {
+		return classify(ctx, err, t.Timeout)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return classify(ctx, err, t.Timeout)
+	}
+	return judge(t, uid, resp.StatusCode, body)
+}
+
+func (p *HTTPProber) client(ep endpoint) *http.Client {
+	dial := p.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	// A fresh transport per probe: every probe makes a new connection and TLS
+	// handshake, as a restarted webhook pod would face, and nothing pools.
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext:       dial,
+			TLSClientConfig:   &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+			TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
+			Proxy:             nil,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (p *HTTPProber) resolve(t Target) (endpoint, error) {
+	cc := t.ClientConfig
+	var ep endpoint
+	var path string
+	switch {
+	case cc.URL != nil && cc.Service != nil:
+		return ep, cannot("clientConfig sets both url and service")
+	case cc.URL != nil:
+		u, err := url.Parse(*cc.URL)
+		if err != nil {
+			return ep, cannot("clientConfig.url is invalid: %v", err)
+		}
+		if u.Scheme != "https" {
+			return ep, cannot("clientConfig.url scheme %q is not https", u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return ep, cannot("clientConfig.url has no host")
+		}
+		port := u.Port()
+		if port == "" {
+			port = "443"
+		}
+		ep.serverName, path = u.Hostname(), u.Path
+		ep.url = "https://" + net.JoinHostPort(u.Hostname(), port)
+	case cc.Service != nil:
+		s := cc.Service
+		if s.Name == "" || s.Namespace == "" {
+			return ep, cannot("clientConfig.service needs name and namespace")
+		}
+		port := int32(443)
+		if s.Port != nil {
+			port = *s.Port
+		}
+		if port < 1 || port > 65535 {
+			return ep, cannot("clientConfig.service.port %d is out of range", port)
+		}
+		ep.serverName = s.Name + "." + s.Namespace + ".svc"
+		ep.url = "https://" + net.JoinHostPort(ep.serverName, strconv.Itoa(int(port)))
+		if s.Path != nil {
+			path = *s.Path
+		}
+	default:
+		return ep, cannot("clientConfig has neither url nor service")
+	}
+	if t.Kind != v1alpha1.ProbeAdmissionReview {
+		path = t.HealthPath
+	}
+	if path == "" {
+		path = "/"
+	}
+	ep.url += path
+	if len(cc.CABundle) > 0 {
+		ep.roots = x509.NewCertPool()
+		if !ep.roots.AppendCertsFromPEM(cc.CABundle) {
+			return ep, cannot("clientConfig.caBundle holds no PEM certificate")
+		}
+	} else {
+		ep.roots = p.RootCAs // nil: crypto/tls uses the system roots
+	}
+	return ep, nil
+}
+
+func newRequest(ctx context.Context, t Target, target string) (*http.Request, types.UID, error) {
+	if t.Kind != v1alpha1.ProbeAdmissionReview {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return nil, "", cannot("build probe request: %v", err)
+		}
+		return req, "", nil
+	}
+	body, uid, err := syntheticReview(t.ReviewVersions)
+	if err != nil {
+		return nil, "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, "", cannot("build probe request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	return req, uid, nil
+}
+
+// syntheticReview is a dry-run CREATE of a ConfigMap that exists nowhere: a
+// webhook must answer it without side effects (dryRun), and any well-formed
+// answer, allowed or denied, proves the admission path works.
+func syntheticReview(versions []string) ([]byte, types.UID, error) {
+	version := "v1"
+	if len(versions) > 0 && !slices.Contains(versions, "v1") {
+		if !slices.Contains(versions, "v1beta1") {
+			return nil, "", cannot("admissionReviewVersions %v include neither v1 nor v1beta1", versions)
+		}
+		version = "v1beta1"
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	uid := types.UID("tripswitch-probe-" + hex.EncodeToString(id[:]))
+	obj := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"tripswitch-probe","namespace":"tripswitch-probe","annotations":{"tripswitch.dev/probe":"true"}}}`)
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/" + version, Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       uid,
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+			Name:      "tripswitch-probe",
+			Namespace: "tripswitch-probe",
+			Operation: admissionv1.Create,
+			UserInfo:  authenticationv1.UserInfo{Username: "system:serviceaccount:tripswitch-system:tripswitch"},
+			Object:    runtime.RawExtension{Raw: obj},
+			DryRun:    new(true),
+		},
+	}
+	data, err := json.Marshal(review)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode synthetic AdmissionReview: %w", err)
+	}
+	return data, uid, nil
+}
+
+// judge turns an HTTP answer into a result. 5xx is an outage; other non-2xx
+// answers say the probe itself is misconfigured (a wrong health path, an
+// authenticating endpoint), which is not evidence the webhook is down.
+func judge(t Target, uid types.UID, code int, body []byte) Result {
+	switch {
+	case code >= 500:
+		return Result{Status: Unhealthy, Reason: "HTTP " + strconv.Itoa(code)}
+	case code < 200 || code > 299:
+		return Result{Status: Unknown, Reason: fmt.Sprintf("HTTP %d: the probe is misconfigured, not evidence of an outage", code)}
+	case t.Kind != v1alpha1.ProbeAdmissionReview:
+		return Result{Status: Healthy, Reason: "HTTP " + strconv.Itoa(code)}
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Response == nil {
+		return Result{Status: Unhealthy, Reason: "admission response is not an AdmissionReview with a response"}
+	}
+	if review.Response.UID != uid {
+		return Result{Status: Unhealthy, Reason: "admission response UID does not match the request"}
+	}
+	return Result{Status: Healthy, Reason: "AdmissionReview answered"}
+}
+
+// classify names a transport failure precisely. Name resolution failures are
+// Unknown: from tripswitch's vantage point the host does not exist, which is
+// a configuration or network-view problem rather than a proven outage.
+func classify(ctx context.Context, err error, timeout time.Duration) Result {
+	var (
+		dnsErr    *net.DNSError
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		certErr   x509.CertificateInvalidError
+		recErr    tls.RecordHeaderError
+		alertErr  tls.AlertError
+		verErr    *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || ctx.Err() != nil:
+		return Result{Status: Unhealthy, Reason: "timeout after " + timeout.String()}
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return Result{Status: Unknown, Reason: "host " + dnsErr.Name + " does not resolve from tripswitch (missing service?)"}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Result{Status: Unhealthy, Reason: "connection refused"}
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return Result{Status: Unhealthy, Reason: "connection reset"}
+	case errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &certErr) || errors.As(err, &verErr):
+		return Result{Status: Unhealthy, Reason: "TLS: server certificate not trusted: " + tlsReason(err)}
+	case errors.As(err, &recErr) || errors.As(err, &alertErr):
+		return Result{Status: Unhealthy, Reason: "TLS handshake failed"}
+	}
+	return Result{Status: Unhealthy, Reason: "request failed: " + err.Error()}
+}
+
+func tlsReason(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+	)
+	switch {
+	case errors.As(err, &unknownCA):
+		return "signed by an unknown authority"
+	case errors.As(err, &hostErr):
+		return "not valid for " + hostErr.Host
+	}
+	return "invalid certificate"
+}

@@ -1,0 +1,271 @@
+package probe_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
+)
+
+// server is a TLS webhook on 127.0.0.1 with a certificate for its hosts.
+type server struct {
+	ca   *selfsigned.CA
+	port int
+	addr string
+}
+
+func serve(t *testing.T, handler http.Handler, hosts ...string) *server {
+	t.Helper()
+	ca, err := selfsigned.NewCA("probe-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue(hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return &server{ca: ca, port: ln.Addr().(*net.TCPAddr).Port, addr: ln.Addr().String()}
+}
+
+// clusterDNS dials <svc>.<ns>.svc:<port> on 127.0.0.1:<port> for the services
+// it knows, and answers NXDOMAIN for the rest, as cluster DNS would.
+func clusterDNS(services ...string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if host != "127.0.0.1" {
+			known := false
+			for _, s := range services {
+				known = known || s == host
+			}
+			if !known {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}}
+			}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+	}
+}
+
+func healthz(delay time.Duration, code int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+		w.WriteHeader(code)
+	})
+}
+
+func urlTarget(s *server, path string) probe.Target {
+	return probe.Target{
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + s.addr + path), CABundle: s.ca.PEM},
+		Kind:         v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 250 * time.Millisecond,
+	}
+}
+
+func want(t *testing.T, got probe.Result, status probe.Status, reason string) {
+	t.Helper()
+	if got.Status != status || !strings.Contains(got.Reason, reason) {
+		t.Fatalf("probe = %s (%q), want %s with reason containing %q", got.Status, got.Reason, status, reason)
+	}
+}
+
+func TestServiceWebhookOnItsOwnPort(t *testing.T) {
+	s := serve(t, healthz(0, 200), "hook.team.svc")
+	p := &probe.HTTPProber{DialContext: clusterDNS("hook.team.svc")}
+	tgt := probe.Target{
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			Service:  &admissionregistrationv1.ServiceReference{Namespace: "team", Name: "hook", Port: ptr.To(int32(s.port)), Path: ptr.To("/mutate")},
+			CABundle: s.ca.PEM,
+		},
+		Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 250 * time.Millisecond,
+	}
+	want(t, p.Probe(t.Context(), tgt), probe.Healthy, "HTTP 200")
+
+	// Without the port the API server would use 443, where nothing listens.
+	tgt.ClientConfig.Service.Port = nil
+	want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "connection refused")
+}
+
+func TestURLWebhookOutcomes(t *testing.T) {
+	p := &probe.HTTPProber{}
+	t.Run("healthy", func(t *testing.T) {
+		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(0, 200), "127.0.0.1"), "/mutate")), probe.Healthy, "HTTP 200")
+	})
+	t.Run("wrong CA", func(t *testing.T) {
+		tgt := urlTarget(serve(t, healthz(0, 200), "127.0.0.1"), "/mutate")
+		other, err := selfsigned.NewCA("other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tgt.ClientConfig.CABundle = other.PEM
+		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "TLS: server certificate not trusted")
+	})
+	t.Run("certificate for another host", func(t *testing.T) {
+		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(0, 200), "elsewhere.example"), "/")), probe.Unhealthy, "TLS")
+	})
+	t.Run("slower than the deadline", func(t *testing.T) {
+		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(2*time.Second, 200), "127.0.0.1"), "/")), probe.Unhealthy, "timeout after 250ms")
+	})
+	t.Run("closed port", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		tgt := urlTarget(&server{ca: mustCA(t), addr: addr}, "/")
+		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "connection refused")
+	})
+	t.Run("server error", func(t *testing.T) {
+		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(0, 500), "127.0.0.1"), "/")), probe.Unhealthy, "HTTP 500")
+	})
+	t.Run("wrong health path is not an outage", func(t *testing.T) {
+		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(0, 404), "127.0.0.1"), "/")), probe.Unknown, "HTTP 404")
+	})
+}
+
+func mustCA(t *testing.T) *selfsigned.CA {
+	ca, err := selfsigned.NewCA("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func TestUnprobeableConfigurationsAreUnknown(t *testing.T) {
+	p := &probe.HTTPProber{DialContext: clusterDNS()}
+	base := probe.Target{Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 250 * time.Millisecond}
+	cases := map[string]struct {
+		cc     admissionregistrationv1.WebhookClientConfig
+		reason string
+	}{
+		"malformed caBundle": {admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/"), CABundle: []byte("garbage")}, "caBundle holds no PEM certificate"},
+		"unknown service":    {admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "missing"}}, "does not resolve"},
+		"non-https URL":      {admissionregistrationv1.WebhookClientConfig{URL: ptr.To("http://127.0.0.1:1/")}, `scheme "http" is not https`},
+		"invalid URL":        {admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://[::1")}, "clientConfig.url is invalid"},
+		"no destination":     {admissionregistrationv1.WebhookClientConfig{}, "neither url nor service"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tgt := base
+			tgt.ClientConfig = tc.cc
+			want(t, p.Probe(t.Context(), tgt), probe.Unknown, tc.reason)
+		})
+	}
+}
+
+// TestOmittedCABundleUsesSystemRoots runs itself in a child process whose
+// system roots (SSL_CERT_FILE) are a test CA, since Go loads them once.
+func TestOmittedCABundleUsesSystemRoots(t *testing.T) {
+	if addr := os.Getenv("TRIPSWITCH_PROBE_SYSTEM_ROOTS_ADDR"); addr != "" {
+		tgt := probe.Target{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/")}, Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 2 * time.Second}
+		want(t, (&probe.HTTPProber{}).Probe(t.Context(), tgt), probe.Healthy, "HTTP 200")
+		return
+	}
+	s := serve(t, healthz(0, 200), "127.0.0.1")
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(roots, s.ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(rootsFile string) error {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestOmittedCABundleUsesSystemRoots$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TRIPSWITCH_PROBE_SYSTEM_ROOTS_ADDR="+s.addr, "SSL_CERT_FILE="+rootsFile, "SSL_CERT_DIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return errors.New(string(out))
+		}
+		return nil
+	}
+	if err := run(roots); err != nil {
+		t.Fatalf("with the test CA as system roots: %s", err)
+	}
+	// And the same probe fails when the system roots do not hold that CA.
+	empty := filepath.Join(t.TempDir(), "empty.pem")
+	if err := os.WriteFile(empty, mustCA(t).PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(empty); err == nil {
+		t.Fatal("probe was healthy although the system roots do not trust the server")
+	}
+}
+
+// admission answers /healthz at once and the admission path after delay.
+func admission(delay time.Duration) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", healthz(0, 200))
+	mux.HandleFunc("POST /mutate", func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil || review.Request.DryRun == nil || !*review.Request.DryRun {
+			http.Error(w, "want a dry-run AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	})
+	return mux
+}
+
+func TestAdmissionReviewProbe(t *testing.T) {
+	p := &probe.HTTPProber{}
+	for _, tc := range []struct {
+		name   string
+		delay  time.Duration
+		status probe.Status
+		reason string
+	}{
+		{"answering webhook is healthy", 0, probe.Healthy, "AdmissionReview answered"},
+		{"healthz fine but admission hangs is unhealthy", 2 * time.Second, probe.Unhealthy, "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := serve(t, admission(tc.delay), "127.0.0.1")
+			tgt := urlTarget(s, "/mutate")
+			want(t, p.Probe(t.Context(), tgt), probe.Healthy, "HTTP 200") // the health endpoint is fine either way
+			tgt.Kind = v1alpha1.ProbeAdmissionReview
+			tgt.ReviewVersions = []string{"v1"}
+			want(t, p.Probe(t.Context(), tgt), tc.status, tc.reason)
+		})
+	}
+	t.Run("a reply for another request is unhealthy", func(t *testing.T) {
+		s := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"not-yours","allowed":true}}`))
+		}), "127.0.0.1")
+		tgt := urlTarget(s, "/mutate")
+		tgt.Kind = v1alpha1.ProbeAdmissionReview
+		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "UID does not match")
+	})
+}
+
