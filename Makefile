@@ -31,6 +31,7 @@ lint:
 generate:
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=tripswitch paths=./cmd/... output:rbac:artifacts:config=config/rbac
 
 ## demo: seed 000's delayed-webhook experiment on a real API server (Ignore, then Bypass)
 demo:

@@ -135,3 +135,13 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// UserConfig returns a rest.Config that authenticates as a new user with no
+// groups beyond system:authenticated, so RBAC decides what it may do.
+func (e *Env) UserConfig(name string) (*rest.Config, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}

@@ -1,0 +1,86 @@
+package controller_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+// TestGeneratedRoleSufficesWithResourceNames runs a full cycle as a user bound
+// only to the generated ClusterRole, with webhook configuration access cut
+// down to the one approved name, and checks that any other configuration is
+// out of reach.
+func TestGeneratedRoleSufficesWithResourceNames(t *testing.T) {
+	b := newBed(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		t.Fatal(err)
+	}
+	role.ObjectMeta = metav1.ObjectMeta{Name: b.cfg}
+	for i, r := range role.Rules {
+		if len(r.APIGroups) == 1 && r.APIGroups[0] == admissionregistrationv1.GroupName {
+			role.Rules[i].ResourceNames = []string{b.cfg}
+		}
+	}
+	user := "system:serviceaccount:tripswitch-system:" + b.cfg
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: b.cfg},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.cfg},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
+	}
+	for _, obj := range []client.Object{&role, binding} {
+		if err := b.c.Create(b.ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := controlPlane(t).UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restricted, err := client.New(cfg, client.Options{Scheme: controlPlane(t).Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	orig := b.createConfig(nil)
+	wcb := b.createBreaker(b.cfg, nil)
+	r := b.reconciler(restricted)
+	b.health.set(wcb.Name, probe.Unhealthy)
+	b.settle(r, wcb.Name)
+	if !hasRecord(b.getConfig()) {
+		t.Fatal("circuit did not open under the generated role")
+	}
+	b.health.set(wcb.Name, probe.Healthy)
+	b.settle(r, wcb.Name)
+	if cfg := b.getConfig(); hasRecord(cfg) || webhookJSON(t, cfg, target) != webhookJSON(t, orig, target) {
+		t.Fatal("circuit did not close under the generated role")
+	}
+
+	var other admissionregistrationv1.MutatingWebhookConfiguration
+	other.Name = "not-approved"
+	if err := restricted.Get(b.ctx, client.ObjectKeyFromObject(&other), &other); !apierrors.IsForbidden(err) {
+		t.Fatalf("get of an unapproved configuration: %v, want Forbidden", err)
+	}
+	var list admissionregistrationv1.MutatingWebhookConfigurationList
+	if err := restricted.List(b.ctx, &list); !apierrors.IsForbidden(err) {
+		t.Fatalf("cluster-wide list of configurations: %v, want Forbidden", err)
+	}
+}
