@@ -268,4 +268,3 @@ func TestAdmissionReviewProbe(t *testing.T) {
 		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "UID does not match")
 	})
 }
-
