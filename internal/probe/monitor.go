@@ -44,7 +44,6 @@ type loop struct {
 	settings Settings
 	obs      Observation
 	cancel   context.CancelFunc // nil until running
-	restart  bool               // interval changed: restart the ticker
 }
 
 // NewMonitor returns a monitor using prober. notify is called after every
