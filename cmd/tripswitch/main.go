@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -32,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "demo" {
-		os.Exit(demo(os.Args[2:]))
+		os.Exit(runDemo(os.Args[2:]))
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "tripswitch:", err)
@@ -56,6 +57,9 @@ func run(args []string) error {
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader through a Lease so that only one replica writes")
 	leaderNS := fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
+	leaseDuration := fs.Duration("leader-election-lease-duration", 15*time.Second, "how long a leader's Lease lasts without renewal; a replica taking over from a dead leader waits this long")
+	renewDeadline := fs.Duration("leader-election-renew-deadline", 10*time.Second, "how long the leader keeps retrying to renew before it steps down")
+	retryPeriod := fs.Duration("leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -79,6 +83,9 @@ func run(args []string) error {
 		LeaderElectionID:              "tripswitch.dev",
 		LeaderElectionNamespace:       *leaderNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 leaseDuration,
+		RenewDeadline:                 renewDeadline,
+		RetryPeriod:                   retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

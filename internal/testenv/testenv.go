@@ -145,3 +145,13 @@ func (e *Env) UserConfig(name string) (*rest.Config, error) {
 	}
 	return u.Config(), nil
 }
+
+// AdminKubeconfig returns a kubeconfig for a cluster administrator, for
+// programs the test starts as separate processes.
+func (e *Env) AdminKubeconfig() ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: "tripswitch-e2e-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add admin user: %w", err)
+	}
+	return u.KubeConfig()
+}

@@ -1,0 +1,140 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+// binary is the controller, built once for the package.
+var binary string
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
+	dir, err := os.MkdirTemp("", "tripswitch-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		binary = filepath.Join(dir, "tripswitch")
+		build := exec.Command("go", "build", "-o", binary, "./cmd/tripswitch")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build controller: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// process is a running controller.
+type process struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// kubeconfigFile writes a kubeconfig for cfg.
+func kubeconfigFile(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
+	kc.CurrentContext = "e2e"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startController runs the binary with fast leader election against the
+// cluster in kubeconfig, logging to the test's temp directory.
+func startController(t *testing.T, kubeconfig, name string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--leader-election-namespace=default",
+		"--leader-election-lease-duration=3s", "--leader-election-renew-deadline=2s", "--leader-election-retry-period=250ms")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start controller %s: %v", name, err)
+	}
+	p := &process{t: t, name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			if data, err := os.ReadFile(logPath); err == nil {
+				t.Logf("controller %s log (last 3000 bytes):\n%s", name, tail(data, 3000))
+			}
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL: no deferred cleanup, no lease release.
+func (p *process) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// eventually polls cond every 50ms for up to limit.
+func eventually(t *testing.T, limit time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx := t.Context()
+	deadline := time.Now().Add(limit)
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return
+		}
+		last = err
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", limit, what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
