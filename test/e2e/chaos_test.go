@@ -246,4 +246,3 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatalf("lease holder after failover = %q (%v), first was %q", now, err, first)
 	}
 }
-
