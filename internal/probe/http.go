@@ -87,6 +87,11 @@ func (p *HTTPProber) probe(ctx context.Context, t Target) Result {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err == nil && ctx.Err() != nil {
+		// The transport can hand over an answer that raced the deadline; the
+		// API server would have given up on it, so it is a timeout.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return classify(ctx, err, t.Timeout)
 	}
