@@ -59,6 +59,13 @@ type phase struct {
 type Breaker struct {
 	name string
 	cfg  Config
+	// coarse: the clock is the system clock, so TIME_BASED windows may read
+	// the process-wide coarse second instead of calling time.Now per call.
+	coarse bool
+	// timed: slow calls are tracked, so permits carry their start time,
+	// measured from base (which keeps the monotonic clock reading).
+	timed bool
+	base  time.Time
 
 	cur    atomic.Pointer[phase]
 	mu     sync.Mutex // serialises transitions
@@ -71,7 +78,9 @@ func New(name string, cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Breaker{name: name, cfg: c}
+	_, system := c.Clock.(systemClock)
+	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
+		timed: c.SlowCallDurationThreshold > 0, base: c.Clock.Now()}
 	b.cur.Store(b.newPhase(Closed, nil, c.Clock.Now()))
 	return b, nil
 }
@@ -109,13 +118,20 @@ func (b *Breaker) settle(p *phase, now time.Time) *phase {
 type Permit struct {
 	b     *Breaker
 	p     *phase
-	start time.Time
+	start time.Duration // since b.base, when slow calls are tracked
 }
 
-// Allow admits a call or returns an *OpenError. In CLOSED it takes no lock
-// and allocates nothing.
+// Allow admits a call or returns an *OpenError. In CLOSED it is one atomic
+// load: no lock, no allocation, no clock.
 func (b *Breaker) Allow() (Permit, error) {
 	p := b.cur.Load()
+	if p.state == Closed && !b.timed {
+		return Permit{b: b, p: p}, nil
+	}
+	return b.allow(p)
+}
+
+func (b *Breaker) allow(p *phase) (Permit, error) {
 	switch p.state {
 	case Closed, MetricsOnly, Disabled:
 		return b.permit(p), nil
@@ -146,15 +162,15 @@ func (b *Breaker) Allow() (Permit, error) {
 				}
 			}
 		default:
-			return b.Allow()
+			return b.allow(b.cur.Load())
 		}
 	}
 }
 
 func (b *Breaker) permit(p *phase) Permit {
 	pm := Permit{b: b, p: p}
-	if b.cfg.SlowCallDurationThreshold > 0 && p.state != Disabled {
-		pm.start = b.cfg.Clock.Now()
+	if b.timed && p.state != Disabled {
+		pm.start = b.cfg.Clock.Now().Sub(b.base)
 	}
 	return pm
 }
@@ -171,28 +187,27 @@ func (pm *Permit) Done(o Outcome) {
 	if p.state == Disabled || b.cur.Load() != p {
 		return // stale generation: its result must not decide the current state
 	}
-	var now time.Time
-	slow := false
-	if (p.window != nil && b.cfg.WindowType == TimeBased) || b.cfg.SlowCallDurationThreshold > 0 || p.state == HalfOpen {
-		now = b.cfg.Clock.Now()
+	if o == Ignore {
+		if p.state == HalfOpen {
+			p.permits.Add(-1)
+		}
+		return
 	}
-	if b.cfg.SlowCallDurationThreshold > 0 && o != Ignore {
-		slow = now.Sub(pm.start) > b.cfg.SlowCallDurationThreshold
+	slow := false
+	if b.timed {
+		slow = b.cfg.Clock.Now().Sub(b.base)-pm.start > b.cfg.SlowCallDurationThreshold
 	}
 	switch p.state {
 	case Closed, MetricsOnly:
-		if o == Ignore {
-			return
+		var sec int64 // count windows need no time
+		if b.cfg.WindowType == TimeBased {
+			sec = b.second()
 		}
-		p.window.record(now, o == Failure, slow)
-		if o == Failure || slow || p.armed.Load() || (b.cfg.WindowType == TimeBased && p.evalSec.Load() != now.Unix()) {
-			b.evaluate(p, now)
+		p.window.record(sec, o == Failure, slow)
+		if o == Failure || slow || p.armed.Load() || (b.cfg.WindowType == TimeBased && p.evalSec.Load() != sec) {
+			b.evaluate(p, sec)
 		}
 	case HalfOpen:
-		if o == Ignore {
-			p.permits.Add(-1)
-			return
-		}
 		if o == Failure {
 			p.failures.Add(1)
 		}
@@ -200,7 +215,7 @@ func (pm *Permit) Done(o Outcome) {
 			p.slow.Add(1)
 		}
 		if p.done.Add(1) == int32(b.cfg.PermittedNumberOfCallsInHalfOpenState) {
-			b.decideHalfOpen(p, now)
+			b.decideHalfOpen(p, b.cfg.Clock.Now())
 		}
 	}
 }
@@ -219,11 +234,11 @@ func (pm *Permit) DoneErr(err error) {
 // in a time window, a second has passed since the last evaluation and
 // expired successes may have raised the rates. Both keep the closed path
 // free of aggregation without changing a single decision.
-func (b *Breaker) evaluate(p *phase, now time.Time) {
+func (b *Breaker) evaluate(p *phase, sec int64) {
 	if b.cfg.WindowType == TimeBased {
-		p.evalSec.Store(now.Unix())
+		p.evalSec.Store(sec)
 	}
-	c := p.window.snapshot(now)
+	c := p.window.snapshot(sec)
 	if c.calls < int64(b.cfg.MinimumNumberOfCalls) {
 		p.armed.Store(c.failures > 0 || c.slow > 0)
 		return
@@ -235,9 +250,7 @@ func (b *Breaker) evaluate(p *phase, now time.Time) {
 	if !failing && !slow {
 		return
 	}
-	if now.IsZero() { // count windows record without reading the clock
-		now = b.cfg.Clock.Now()
-	}
+	now := b.cfg.Clock.Now()
 	if p.state == MetricsOnly {
 		ev := Event{Breaker: b.name, Type: EventFailureRateExceeded, From: MetricsOnly, To: MetricsOnly, At: now, FailureRate: fr, SlowCallRate: -1}
 		if !failing {
@@ -353,7 +366,7 @@ func (b *Breaker) Metrics() Metrics {
 	min := int64(b.cfg.MinimumNumberOfCalls)
 	switch {
 	case p.window != nil:
-		c := p.window.snapshot(now)
+		c := p.window.snapshot(b.second())
 		m.Calls, m.FailedCalls, m.SlowCalls = c.calls, c.failures, c.slow
 	case p.state == HalfOpen:
 		m.Calls, m.FailedCalls, m.SlowCalls = int64(p.done.Load()), int64(p.failures.Load()), int64(p.slow.Load())

@@ -2,11 +2,10 @@ package breaker
 
 import (
 	"math/bits"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
+	"unsafe"
 )
 
 // counts is a window's aggregate.
@@ -15,9 +14,10 @@ type counts struct {
 }
 
 // window is a sliding window of outcomes.
+// Both take the current Unix second; count windows ignore it.
 type window interface {
-	record(now time.Time, failure, slow bool)
-	snapshot(now time.Time) counts
+	record(sec int64, failure, slow bool)
+	snapshot(sec int64) counts
 }
 
 func newWindow(c Config) window {
@@ -42,7 +42,7 @@ type countWindow struct {
 	tot  counts
 }
 
-func (w *countWindow) record(_ time.Time, failure, slow bool) {
+func (w *countWindow) record(_ int64, failure, slow bool) {
 	o := outcomePresent
 	if failure {
 		o |= outcomeFailure
@@ -71,7 +71,7 @@ func (c *counts) add(o uint8, d int64) {
 	}
 }
 
-func (w *countWindow) snapshot(time.Time) counts {
+func (w *countWindow) snapshot(int64) counts {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.tot
@@ -84,8 +84,9 @@ func (w *countWindow) snapshot(time.Time) counts {
 // the window are skipped on read, so a quiet period expires them without any
 // call arriving.
 type timeWindow struct {
-	size    int64
-	mask    uint32
+	size    int64 // seconds in the window
+	slots   int64 // buckets per stripe: size rounded up to a power of two
+	mask    uintptr
 	stripes []stripe
 }
 
@@ -108,12 +109,13 @@ const maxBuckets = 1 << 16
 func newTimeWindow(seconds int) *timeWindow {
 	n := 1 << bits.Len(uint(runtime.GOMAXPROCS(0)-1)) // next power of two
 	n = min(n, 64)
-	for n > 1 && n*seconds > maxBuckets {
+	for n > 1 && n*seconds > maxBuckets/2 {
 		n /= 2
 	}
-	w := &timeWindow{size: int64(seconds), mask: uint32(n - 1), stripes: make([]stripe, n)}
+	slots := 1 << bits.Len(uint(seconds-1))
+	w := &timeWindow{size: int64(seconds), slots: int64(slots), mask: uintptr(n - 1), stripes: make([]stripe, n)}
 	for i := range w.stripes {
-		w.stripes[i].buckets = make([]bucket, seconds)
+		w.stripes[i].buckets = make([]bucket, slots)
 		for j := range w.stripes[i].buckets {
 			w.stripes[i].buckets[j].epoch.Store(-1 << 62)
 		}
@@ -121,10 +123,9 @@ func newTimeWindow(seconds int) *timeWindow {
 	return w
 }
 
-func (w *timeWindow) record(now time.Time, failure, slow bool) {
-	sec := now.Unix()
-	s := &w.stripes[rand.Uint32()&w.mask]
-	b := &s.buckets[mod(sec, w.size)]
+func (w *timeWindow) record(sec int64, failure, slow bool) {
+	s := &w.stripes[stripeHint()&w.mask]
+	b := &s.buckets[sec&(w.slots-1)]
 	if b.epoch.Load() != sec {
 		s.roll(b, sec)
 	}
@@ -149,8 +150,7 @@ func (s *stripe) roll(b *bucket, sec int64) {
 	s.mu.Unlock()
 }
 
-func (w *timeWindow) snapshot(now time.Time) counts {
-	sec := now.Unix()
+func (w *timeWindow) snapshot(sec int64) counts {
 	var c counts
 	for i := range w.stripes {
 		for j := range w.stripes[i].buckets {
@@ -165,10 +165,11 @@ func (w *timeWindow) snapshot(now time.Time) counts {
 	return c
 }
 
-func mod(a, n int64) int64 {
-	m := a % n
-	if m < 0 {
-		m += n
-	}
-	return m
+// stripeHint spreads goroutines over stripes by the address of their stack:
+// distinct for goroutines running at once, stable within one, and free,
+// unlike a random number. Stacks are at least 2 KiB apart, hence the shift;
+// the multiplication mixes the bits that differ into the low ones.
+func stripeHint() uintptr {
+	var marker byte
+	return (uintptr(unsafe.Pointer(&marker)) >> 11) * 0x9E3779B97F4A7C15 >> 58
 }

@@ -1,0 +1,79 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+)
+
+// Protect a call with Execute. After enough failures the circuit opens and
+// calls fail fast with ErrOpen, without running the function.
+func ExampleExecute() {
+	b, err := breaker.New("account-read", breaker.Config{
+		WindowType: breaker.CountBased, WindowSize: 10, MinimumNumberOfCalls: 4,
+		FailureRateThreshold: 50, WaitDurationInOpenState: 15 * time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	lookup := func(context.Context) (string, error) { return "", errors.New("account service: 503") }
+	for range 4 {
+		_, _ = breaker.Execute(context.Background(), b, lookup)
+	}
+	_, err = breaker.Execute(context.Background(), b, lookup)
+	fmt.Println(b.State(), errors.Is(err, breaker.ErrOpen))
+	// Output: OPEN true
+}
+
+// Integrations (an http.RoundTripper, a gRPC interceptor) use the two-step
+// API: Allow before the call, Done with the classified outcome after it. A
+// 404 is the caller's problem, not an outage, so it is ignored.
+func ExampleBreaker_Allow() {
+	b, err := breaker.New("account-access", breaker.Config{})
+	if err != nil {
+		panic(err)
+	}
+	permit, err := b.Allow()
+	if err != nil {
+		fmt.Println("rejected:", err)
+		return
+	}
+	status := 404 // what the call returned
+	switch {
+	case status >= 500:
+		permit.Done(breaker.Failure)
+	case status >= 400:
+		permit.Done(breaker.Ignore)
+	default:
+		permit.Done(breaker.Success)
+	}
+	fmt.Println(b.State(), b.Metrics().Calls)
+	// Output: CLOSED 0
+}
+
+// One registry, one circuit per call site, shared defaults with per-name
+// overrides, and a global kill switch.
+func ExampleRegistry() {
+	r, err := breaker.NewRegistry(
+		breaker.Config{WindowSize: 30, MinimumNumberOfCalls: 10, WaitDurationInOpenState: 15 * time.Second, PermittedNumberOfCallsInHalfOpenState: 3},
+		map[string]breaker.Config{"mail-send": {FailureRateThreshold: 80}},
+	)
+	if err != nil {
+		panic(err)
+	}
+	r.Get("account-read").ForceOpen()
+	for _, name := range []string{"account-access", "account-read", "mail-send"} {
+		b := r.Get(name)
+		fmt.Println(name, b.State(), b.Config().FailureRateThreshold)
+	}
+	r.SetEnabled(false) // CIRCUITBREAKER_ENABLED=false
+	fmt.Println(r.Get("account-read").State())
+	// Output:
+	// account-access CLOSED 50
+	// account-read FORCED_OPEN 50
+	// mail-send CLOSED 80
+	// DISABLED
+}

@@ -1,0 +1,206 @@
+package breaker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings is the serialisable form of a Config, with Resilience4j's
+// property names. Unset fields inherit; a field that is set must be valid
+// (an explicit 0 window size is an error, not "default").
+type Settings struct {
+	FailureRateThreshold                         *float64 `json:"failureRateThreshold,omitempty"`
+	SlowCallRateThreshold                        *float64 `json:"slowCallRateThreshold,omitempty"`
+	SlowCallDurationThreshold                    *string  `json:"slowCallDurationThreshold,omitempty"`
+	MinimumNumberOfCalls                         *int     `json:"minimumNumberOfCalls,omitempty"`
+	SlidingWindowType                            *string  `json:"slidingWindowType,omitempty"`
+	SlidingWindowSize                            *int     `json:"slidingWindowSize,omitempty"`
+	WaitDurationInOpenState                      *string  `json:"waitDurationInOpenState,omitempty"`
+	PermittedNumberOfCallsInHalfOpenState        *int     `json:"permittedNumberOfCallsInHalfOpenState,omitempty"`
+	MaxWaitDurationInHalfOpenState               *string  `json:"maxWaitDurationInHalfOpenState,omitempty"`
+	AutomaticTransitionFromOpenToHalfOpenEnabled *bool    `json:"automaticTransitionFromOpenToHalfOpenEnabled,omitempty"`
+}
+
+// File is a registry's configuration: the kill switch, shared defaults and
+// per-circuit overrides. YAML works through any YAML-to-JSON converter.
+type File struct {
+	// Enabled false disables every circuit (CIRCUITBREAKER_ENABLED=false).
+	Enabled  *bool               `json:"enabled,omitempty"`
+	Defaults Settings            `json:"defaults"`
+	Circuits map[string]Settings `json:"circuits,omitempty"`
+}
+
+// ParseFile decodes a JSON File, rejecting unknown fields.
+func ParseFile(data []byte) (File, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return f, fmt.Errorf("breaker config: %w", err)
+	}
+	if dec.More() {
+		return f, fmt.Errorf("breaker config: trailing data after the JSON object")
+	}
+	return f, nil
+}
+
+// Registry builds a registry from f, validating every field.
+func (f File) Registry() (*Registry, error) {
+	defaults, err := f.Defaults.apply(Config{}, "defaults.")
+	if err != nil {
+		return nil, err
+	}
+	overrides := map[string]Config{}
+	for name, s := range f.Circuits {
+		c, err := s.apply(Config{}, "circuits."+name+".")
+		if err != nil {
+			return nil, err
+		}
+		overrides[name] = c
+	}
+	r, err := NewRegistry(defaults, overrides)
+	if err != nil {
+		return nil, err
+	}
+	if f.Enabled != nil && !*f.Enabled {
+		r.SetEnabled(false)
+	}
+	return r, nil
+}
+
+// apply sets c's fields from s; prefix qualifies field names in errors.
+func (s Settings) apply(c Config, prefix string) (Config, error) {
+	bad := func(field string, v any, reason string) error {
+		return &ConfigError{Field: prefix + field, Value: v, Reason: reason}
+	}
+	rate := func(field string, p *float64, dst *float64) error {
+		if p == nil {
+			return nil
+		}
+		if *p <= 0 || *p > 100 {
+			return bad(field, *p, "must be in (0, 100]")
+		}
+		*dst = *p
+		return nil
+	}
+	positive := func(field string, p *int, dst *int) error {
+		if p == nil {
+			return nil
+		}
+		if *p < 1 {
+			return bad(field, *p, "must be at least 1")
+		}
+		*dst = *p
+		return nil
+	}
+	duration := func(field string, p *string, dst *time.Duration, allowZero bool) error {
+		if p == nil {
+			return nil
+		}
+		d, err := time.ParseDuration(*p)
+		if err != nil {
+			return bad(field, *p, "is not a duration like 500ms or 15s")
+		}
+		if d < 0 || (d == 0 && !allowZero) {
+			return bad(field, *p, "must be positive")
+		}
+		*dst = d
+		return nil
+	}
+	for _, err := range []error{
+		rate("failureRateThreshold", s.FailureRateThreshold, &c.FailureRateThreshold),
+		rate("slowCallRateThreshold", s.SlowCallRateThreshold, &c.SlowCallRateThreshold),
+		duration("slowCallDurationThreshold", s.SlowCallDurationThreshold, &c.SlowCallDurationThreshold, false),
+		positive("minimumNumberOfCalls", s.MinimumNumberOfCalls, &c.MinimumNumberOfCalls),
+		positive("slidingWindowSize", s.SlidingWindowSize, &c.WindowSize),
+		duration("waitDurationInOpenState", s.WaitDurationInOpenState, &c.WaitDurationInOpenState, false),
+		positive("permittedNumberOfCallsInHalfOpenState", s.PermittedNumberOfCallsInHalfOpenState, &c.PermittedNumberOfCallsInHalfOpenState),
+		duration("maxWaitDurationInHalfOpenState", s.MaxWaitDurationInHalfOpenState, &c.MaxWaitDurationInHalfOpenState, true),
+	} {
+		if err != nil {
+			return c, err
+		}
+	}
+	if s.SlidingWindowType != nil {
+		switch strings.ToUpper(*s.SlidingWindowType) {
+		case "TIME_BASED":
+			c.WindowType = TimeBased
+		case "COUNT_BASED":
+			c.WindowType = CountBased
+		default:
+			return c, bad("slidingWindowType", *s.SlidingWindowType, "must be TIME_BASED or COUNT_BASED")
+		}
+	}
+	if s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil {
+		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
+	}
+	if c.WindowSize > maxWindowSize {
+		return c, bad("slidingWindowSize", c.WindowSize, fmt.Sprintf("must be at most %d", maxWindowSize))
+	}
+	return c, nil
+}
+
+// ApplyEnv overrides f.Enabled and f.Defaults from environment variables
+// named prefix + "_" + the upper-snake property name, for example
+// CIRCUITBREAKER_ENABLED or CIRCUITBREAKER_FAILURE_RATE_THRESHOLD. lookup is
+// os.LookupEnv in production.
+func (f *File) ApplyEnv(prefix string, lookup func(string) (string, bool)) error {
+	name := func(prop string) string { return prefix + "_" + prop }
+	if v, ok := lookup(name("ENABLED")); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("breaker config: %s=%q is not a boolean", name("ENABLED"), v)
+		}
+		f.Enabled = &b
+	}
+	floats := map[string]**float64{
+		"FAILURE_RATE_THRESHOLD":   &f.Defaults.FailureRateThreshold,
+		"SLOW_CALL_RATE_THRESHOLD": &f.Defaults.SlowCallRateThreshold,
+	}
+	for prop, dst := range floats {
+		if v, ok := lookup(name(prop)); ok {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("breaker config: %s=%q is not a number", name(prop), v)
+			}
+			*dst = &x
+		}
+	}
+	ints := map[string]**int{
+		"MINIMUM_NUMBER_OF_CALLS":                      &f.Defaults.MinimumNumberOfCalls,
+		"SLIDING_WINDOW_SIZE":                          &f.Defaults.SlidingWindowSize,
+		"PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE": &f.Defaults.PermittedNumberOfCallsInHalfOpenState,
+	}
+	for prop, dst := range ints {
+		if v, ok := lookup(name(prop)); ok {
+			x, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("breaker config: %s=%q is not an integer", name(prop), v)
+			}
+			*dst = &x
+		}
+	}
+	strs := map[string]**string{
+		"SLOW_CALL_DURATION_THRESHOLD":         &f.Defaults.SlowCallDurationThreshold,
+		"SLIDING_WINDOW_TYPE":                  &f.Defaults.SlidingWindowType,
+		"WAIT_DURATION_IN_OPEN_STATE":          &f.Defaults.WaitDurationInOpenState,
+		"MAX_WAIT_DURATION_IN_HALF_OPEN_STATE": &f.Defaults.MaxWaitDurationInHalfOpenState,
+	}
+	for prop, dst := range strs {
+		if v, ok := lookup(name(prop)); ok {
+			*dst = &v
+		}
+	}
+	if v, ok := lookup(name("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED")); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("breaker config: %s=%q is not a boolean", name("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED"), v)
+		}
+		f.Defaults.AutomaticTransitionFromOpenToHalfOpenEnabled = &b
+	}
+	return nil
+}
