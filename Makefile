@@ -8,7 +8,7 @@ GO_TEST_FLAGS        ?=
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
-.PHONY: all tools test lint generate demo run
+.PHONY: all tools test lint generate demo run bench
 
 all: lint test
 
@@ -26,6 +26,11 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
+	cd bench && go vet ./...
+
+## bench: tripswitch's breaker and its peers, side by side, on 1 and 2 cores
+bench:
+	cd bench && go test -run '^$$' -bench . -benchmem -cpu 1,2 -count 6 -benchtime 500ms
 
 ## generate: deepcopy, CRD and RBAC manifests from the API types and kubebuilder markers
 generate:

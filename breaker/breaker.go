@@ -81,6 +81,9 @@ func New(name string, cfg Config) (*Breaker, error) {
 	_, system := c.Clock.(systemClock)
 	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
 		timed: c.SlowCallDurationThreshold > 0, base: c.Clock.Now()}
+	if b.coarse {
+		startCoarse()
+	}
 	b.cur.Store(b.newPhase(Closed, nil, c.Clock.Now()))
 	return b, nil
 }

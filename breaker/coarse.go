@@ -20,7 +20,8 @@ var coarse struct {
 	sec  atomic.Int64
 }
 
-func coarseSecond() int64 {
+// startCoarse starts the process-wide second, once.
+func startCoarse() {
 	coarse.once.Do(func() {
 		coarse.sec.Store(time.Now().Unix())
 		go func() {
@@ -29,13 +30,12 @@ func coarseSecond() int64 {
 			}
 		}()
 	})
-	return coarse.sec.Load()
 }
 
 // second is the current Unix second for window bookkeeping.
 func (b *Breaker) second() int64 {
 	if b.coarse {
-		return coarseSecond()
+		return coarse.sec.Load()
 	}
 	return b.cfg.Clock.Now().Unix()
 }

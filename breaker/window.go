@@ -107,7 +107,9 @@ type bucket struct {
 const maxBuckets = 1 << 16
 
 func newTimeWindow(seconds int) *timeWindow {
-	n := 1 << bits.Len(uint(runtime.GOMAXPROCS(0)-1)) // next power of two
+	// Four stripes per P, so that goroutines running at once rarely share
+	// one (stripes are picked by stack address, not by P).
+	n := 4 << bits.Len(uint(runtime.GOMAXPROCS(0)-1))
 	n = min(n, 64)
 	for n > 1 && n*seconds > maxBuckets/2 {
 		n /= 2
@@ -166,10 +168,14 @@ func (w *timeWindow) snapshot(sec int64) counts {
 }
 
 // stripeHint spreads goroutines over stripes by the address of their stack:
-// distinct for goroutines running at once, stable within one, and free,
-// unlike a random number. Stacks are at least 2 KiB apart, hence the shift;
-// the multiplication mixes the bits that differ into the low ones.
+// distinct for goroutines running at once, stable within one, and nearly
+// free, unlike a random number. Stacks are at least 2 KiB apart, hence the
+// shift; murmur3's finaliser mixes the few bits that differ into all of them.
 func stripeHint() uintptr {
 	var marker byte
-	return (uintptr(unsafe.Pointer(&marker)) >> 11) * 0x9E3779B97F4A7C15 >> 58
+	h := uint64(uintptr(unsafe.Pointer(&marker)) >> 11)
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return uintptr(h)
 }
