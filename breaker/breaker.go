@@ -14,22 +14,31 @@ import (
 var ErrOpen = errors.New("circuit breaker is open")
 
 // OpenError is the rejection of a call by an OPEN, FORCED_OPEN or full
-// HALF_OPEN circuit.
+// HALF_OPEN circuit. One value is shared by every rejection of a generation,
+// so failing fast allocates nothing; treat it as read-only.
 type OpenError struct {
 	// Breaker is the circuit's name.
 	Breaker string
 	// State is the state that rejected the call.
 	State State
-	// RetryAfter is how long until trial calls are allowed again; zero when
-	// unknown (FORCED_OPEN, or HALF_OPEN with every permit taken).
-	RetryAfter time.Duration
+	// Until is when trial calls are allowed again; zero when unknown
+	// (FORCED_OPEN, or HALF_OPEN with every permit taken).
+	Until time.Time
 }
 
 func (e *OpenError) Error() string {
-	if e.RetryAfter > 0 {
-		return fmt.Sprintf("circuit breaker %q is %s: retry after %s", e.Breaker, e.State, e.RetryAfter)
+	if !e.Until.IsZero() {
+		return fmt.Sprintf("circuit breaker %q is %s until %s", e.Breaker, e.State, e.Until.Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("circuit breaker %q is %s", e.Breaker, e.State)
+}
+
+// RetryAfter is how long after now trial calls are allowed again, or 0.
+func (e *OpenError) RetryAfter(now time.Time) time.Duration {
+	if e.Until.IsZero() || !now.Before(e.Until) {
+		return 0
+	}
+	return e.Until.Sub(now)
 }
 
 // Is makes errors.Is(err, ErrOpen) true.
@@ -42,7 +51,9 @@ type phase struct {
 	state     State
 	gen       uint64
 	since     time.Time
-	openUntil time.Time    // OPEN: when trial calls are allowed
+	openUntil time.Time // OPEN: when trial calls are allowed
+	untilSec  int64     // openUntil's Unix second, for the coarse check
+	rejection *OpenError
 	attempt   int          // consecutive openings, for backoff
 	window    window       // CLOSED and METRICS_ONLY
 	armed     atomic.Bool  // the last evaluation saw failures below the minimum of calls
@@ -139,14 +150,19 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 	case Closed, MetricsOnly, Disabled:
 		return b.permit(p), nil
 	case ForcedOpen:
-		return Permit{}, &OpenError{Breaker: b.name, State: ForcedOpen}
+		return Permit{}, p.rejection
+	case Open:
+		// Well inside the wait, the coarse second decides without a clock read.
+		if b.coarse && coarse.sec.Load() < p.untilSec-1 {
+			return Permit{}, p.rejection
+		}
 	}
 	now := b.cfg.Clock.Now()
 	for {
 		switch p.state {
 		case Open:
 			if now.Before(p.openUntil) {
-				return Permit{}, &OpenError{Breaker: b.name, State: Open, RetryAfter: p.openUntil.Sub(now)}
+				return Permit{}, p.rejection
 			}
 			p = b.transition(p, HalfOpen, now)
 		case HalfOpen:
@@ -158,7 +174,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 			for {
 				n := p.permits.Load()
 				if n >= limit {
-					return Permit{}, &OpenError{Breaker: b.name, State: HalfOpen}
+					return Permit{}, p.rejection
 				}
 				if p.permits.CompareAndSwap(n, n+1) {
 					return b.permit(p), nil
@@ -311,10 +327,15 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 			p.attempt = prev.attempt + 1
 		}
 		p.openUntil = now.Add(b.openWait(p.attempt))
+		p.untilSec = p.openUntil.Unix()
+		p.rejection = &OpenError{Breaker: b.name, State: Open, Until: p.openUntil}
 	case HalfOpen:
 		if prev != nil {
 			p.attempt = prev.attempt
 		}
+		p.rejection = &OpenError{Breaker: b.name, State: HalfOpen}
+	case ForcedOpen:
+		p.rejection = &OpenError{Breaker: b.name, State: ForcedOpen}
 	}
 	return p
 }

@@ -231,7 +231,7 @@ func TestOpenErrorCarriesNameAndRetryAfter(t *testing.T) {
 	clk.Advance(3 * time.Second)
 	_, err = b.Allow()
 	var oe *breaker.OpenError
-	if !errors.Is(err, breaker.ErrOpen) || !errors.As(err, &oe) || oe.Breaker != "account-access" || oe.RetryAfter != 7*time.Second {
+	if !errors.Is(err, breaker.ErrOpen) || !errors.As(err, &oe) || oe.Breaker != "account-access" || oe.RetryAfter(clk.Now()) != 7*time.Second {
 		t.Fatalf("Allow on an open circuit: %#v", err)
 	}
 }
