@@ -23,8 +23,11 @@ if [ "$(readlink "$top/bin/k8s" 2>/dev/null || true)" != "$cache_root/k8s" ]; th
 	ln -s "$cache_root/k8s" "$top/bin/k8s"
 fi
 
-kube_ok() { [ -x "$out/kube-apiserver" ] && "$out/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
-etcd_ok() { [ -x "$out/etcd" ] && "$out/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}"; }
+# Capture the version first: with pipefail, `bin --version | grep -q` fails
+# whenever grep exits before the binary has written everything (SIGPIPE).
+reports() { local v; v=$("$1" --version 2>/dev/null) && grep -qx "$2" <<<"$v"; }
+kube_ok() { [ -x "$out/kube-apiserver" ] && reports "$out/kube-apiserver" "Kubernetes $KUBE_VERSION"; }
+etcd_ok() { [ -x "$out/etcd" ] && reports "$out/etcd" "etcd Version: ${ETCD_VERSION#v}"; }
 
 # build DIR PKG BINARY LDFLAGS: go build into a temporary file, then rename, so
 # an interrupted build never leaves a binary that looks valid.

@@ -25,8 +25,7 @@ func TestFullCycle(t *testing.T) {
 			origTarget, origOther := webhookJSON(t, orig, target), webhookJSON(t, orig, other)
 
 			// Healthy: nothing changes on the webhook; the breaker gets its finalizer and status.
-			b.health.set(wcb.Name, probe.Healthy)
-			b.settle(r, wcb.Name)
+			b.drive(r, wcb.Name, probe.Healthy)
 			cfg := b.getConfig()
 			if got := webhookJSON(t, cfg, target); got != origTarget || hasRecord(cfg) {
 				t.Fatalf("healthy webhook was changed:\n got %s\nwant %s", got, origTarget)
@@ -37,8 +36,7 @@ func TestFullCycle(t *testing.T) {
 			}
 
 			// Down: one patch opens the circuit and writes the record.
-			b.health.set(wcb.Name, probe.Unhealthy)
-			b.settle(r, wcb.Name)
+			b.drive(r, wcb.Name, probe.Unhealthy)
 			cfg = b.getConfig()
 			w := hookOf(t, cfg, target)
 			switch action {
@@ -71,8 +69,7 @@ func TestFullCycle(t *testing.T) {
 			}
 
 			// Recovered: one patch restores the exact original and removes the record.
-			b.health.set(wcb.Name, probe.Healthy)
-			b.settle(r, wcb.Name)
+			b.drive(r, wcb.Name, probe.Healthy)
 			cfg = b.getConfig()
 			if got := webhookJSON(t, cfg, target); got != origTarget {
 				t.Fatalf("close did not restore the original webhook:\n got %s\nwant %s", got, origTarget)

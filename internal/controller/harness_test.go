@@ -181,6 +181,13 @@ func (b *bed) getBreaker(name string) *v1alpha1.WebhookCircuitBreaker {
 	return &wcb
 }
 
+// drive makes breaker name's webhook look st and reconciles until settled.
+func (b *bed) drive(r *controller.Reconciler, name string, st probe.Status) {
+	b.t.Helper()
+	b.health.set(name, st)
+	b.settle(r, name)
+}
+
 // settle reconciles name until neither the breaker nor the configuration
 // changes, failing the test if that takes more than a few rounds.
 func (b *bed) settle(r *controller.Reconciler, name string) {

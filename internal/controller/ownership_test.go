@@ -45,8 +45,7 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(b.c)
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("circuit did not open")
 	}
@@ -83,13 +82,11 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	// Or recovery re-arms: close, then a new outage opens.
 	b.setPolicy(admissionregistrationv1.Fail) // disarm again
 	b.settle(r, wcb.Name)
-	b.health.set(wcb.Name, probe.Healthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Healthy)
 	if b.getBreaker(wcb.Name).Status.DisarmedReason != "" {
 		t.Fatal("a healthy webhook did not re-arm the breaker")
 	}
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("a new outage after recovery did not open the circuit")
 	}
@@ -104,8 +101,7 @@ func TestAdministratorIgnoreIsNeverRestored(t *testing.T) {
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(b.c)
 	for _, st := range []probe.Status{probe.Unhealthy, probe.Healthy, probe.Unhealthy, probe.Healthy} {
-		b.health.set(wcb.Name, st)
-		b.settle(r, wcb.Name)
+		b.drive(r, wcb.Name, st)
 		cfg := b.getConfig()
 		if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Ignore || hasRecord(cfg) {
 			t.Fatalf("%s: tripswitch touched an administrator's Ignore: %s", st, webhookJSON(t, cfg, target))
@@ -120,8 +116,7 @@ func TestRecreatedConfigurationStartsFresh(t *testing.T) {
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(b.c)
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	before := b.getBreaker(wcb.Name)
 	if before.Status.Record == nil {
 		t.Fatal("circuit did not open")
@@ -130,8 +125,7 @@ func TestRecreatedConfigurationStartsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.createConfig(nil)
-	b.health.set(wcb.Name, "")
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, "")
 	after := b.getBreaker(wcb.Name)
 	if after.Status.TargetUID == before.Status.TargetUID || after.Status.Record != nil || after.Status.State != v1alpha1.StateClosed {
 		t.Fatalf("recreated configuration: status %+v", after.Status)
@@ -142,8 +136,7 @@ func TestRecreatedConfigurationStartsFresh(t *testing.T) {
 	if hasRecord(b.getConfig()) {
 		t.Fatal("record written to the recreated configuration without an outage")
 	}
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("recreated configuration did not open on a new outage")
 	}
@@ -184,8 +177,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 		wcb := b.createBreaker(b.cfg, nil)
 		r := b.reconciler(b.c)
 		for _, st := range []probe.Status{probe.Unhealthy, probe.Healthy} {
-			b.health.set(wcb.Name, st)
-			b.settle(r, wcb.Name)
+			b.drive(r, wcb.Name, st)
 			cfg := b.getConfig()
 			if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Ignore || !hasRecord(cfg) {
 				t.Fatalf("%s: tripswitch acted on a corrupt record: %s", st, webhookJSON(t, cfg, target))
@@ -203,8 +195,7 @@ func TestDeletingAnOpenBreakerRestoresTheWebhook(t *testing.T) {
 	orig := b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.OpenAction = v1alpha1.OpenActionBypass })
 	r := b.reconciler(b.c)
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("circuit did not open")
 	}

@@ -63,13 +63,11 @@ func TestGeneratedRoleSufficesWithResourceNames(t *testing.T) {
 	orig := b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(restricted)
-	b.health.set(wcb.Name, probe.Unhealthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("circuit did not open under the generated role")
 	}
-	b.health.set(wcb.Name, probe.Healthy)
-	b.settle(r, wcb.Name)
+	b.drive(r, wcb.Name, probe.Healthy)
 	if cfg := b.getConfig(); hasRecord(cfg) || webhookJSON(t, cfg, target) != webhookJSON(t, orig, target) {
 		t.Fatal("circuit did not close under the generated role")
 	}
