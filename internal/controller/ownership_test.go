@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -45,6 +47,8 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(b.c)
+	rec := events.NewFakeRecorder(100)
+	r.Recorder = rec
 	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {
 		t.Fatal("circuit did not open")
@@ -52,6 +56,15 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 
 	b.setPolicy(admissionregistrationv1.Fail)
 	b.settle(r, wcb.Name)
+	var seen []string
+	for len(rec.Events) > 0 {
+		seen = append(seen, <-rec.Events)
+	}
+	for _, want := range []string{"Normal CircuitOpened", "Warning " + controller.ReasonExternalChange, "Warning " + controller.ReasonDisarmed} {
+		if !slices.ContainsFunc(seen, func(e string) bool { return strings.HasPrefix(e, want) }) {
+			t.Errorf("no %q event among %q", want, seen)
+		}
+	}
 	cfg := b.getConfig()
 	if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Fail || hasRecord(cfg) {
 		t.Fatalf("after the administrator's Fail: policy %s, record %v", *hookOf(t, cfg, target).FailurePolicy, hasRecord(cfg))
@@ -100,12 +113,23 @@ func TestAdministratorIgnoreIsNeverRestored(t *testing.T) {
 	})
 	wcb := b.createBreaker(b.cfg, nil)
 	r := b.reconciler(b.c)
+	rec := events.NewFakeRecorder(100)
+	r.Recorder = rec
 	for _, st := range []probe.Status{probe.Unhealthy, probe.Healthy, probe.Unhealthy, probe.Healthy} {
 		b.drive(r, wcb.Name, st)
 		cfg := b.getConfig()
 		if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Ignore || hasRecord(cfg) {
 			t.Fatalf("%s: tripswitch touched an administrator's Ignore: %s", st, webhookJSON(t, cfg, target))
 		}
+	}
+	var refusals int
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, controller.ReasonAlreadyFailOpen) {
+			refusals++
+		}
+	}
+	if refusals != 2 { // once per outage, not once per reconcile
+		t.Fatalf("%d %s events, want one per outage (2)", refusals, controller.ReasonAlreadyFailOpen)
 	}
 }
 

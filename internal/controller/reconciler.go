@@ -235,6 +235,12 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	status := computeStatus(b, in, d, obs, after, writeErr, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
 	r.emitConditionEvents(b, status)
+	if d.Reason == ReasonAlreadyFailOpen {
+		// A refusal that leaves the breaker Ready: report it once, when it starts.
+		if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); prev == nil || prev.Message != d.Message {
+			r.event(b, "Normal", d.Reason, "Refuse", "%s", d.Message)
+		}
+	}
 	if status.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {
 		r.event(b, "Warning", ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
 			b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, status.TargetUID, b.Status.TargetUID)
