@@ -112,6 +112,13 @@ type ProbeSpec struct {
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:MaxLength=1024
 	HealthPath string `json:"healthPath,omitempty"`
+	// Endpoints, for a service webhook, probes every ready endpoint of the
+	// Service (from its EndpointSlices) instead of the Service name, and
+	// reports how many are healthy, so a partial outage is visible. The
+	// circuit still follows the Service as a whole: the probe is Unhealthy
+	// only when no endpoint is healthy.
+	// +optional
+	Endpoints bool `json:"endpoints,omitempty"`
 }
 
 // WebhookCircuitBreakerSpec is an operator's approval to fail one webhook open.
@@ -217,6 +224,14 @@ type ProbeStatus struct {
 	// LastReason explains LastResult.
 	// +optional
 	LastReason string `json:"lastReason,omitempty"`
+	// HealthyEndpoints is how many ready endpoints answered the last probe
+	// (probe.endpoints only).
+	// +optional
+	HealthyEndpoints *int32 `json:"healthyEndpoints,omitempty"`
+	// Endpoints is how many ready endpoints the Service had at the last
+	// probe (probe.endpoints only).
+	// +optional
+	Endpoints *int32 `json:"endpoints,omitempty"`
 }
 
 // WebhookCircuitBreakerStatus mirrors what tripswitch observed and did. The

@@ -28,6 +28,8 @@ import (
 // +kubebuilder:rbac:groups=tripswitch.dev,resources=webhookcircuitbreakers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tripswitch.dev,resources=webhookcircuitbreakers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 

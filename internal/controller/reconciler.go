@@ -134,7 +134,18 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 	}
 	obs.state = circuit.Inspect(obs.cfg, b.Spec.Target.WebhookName)
 	if obs.state.Index >= 0 && !deleting {
-		r.Health.Ensure(b.Name, probeSettings(b, obs.state.Webhook))
+		settings := probeSettings(b, obs.state.Webhook)
+		if b.Spec.Probe.Endpoints {
+			settings.Target.EndpointMode = true
+			if svc := obs.state.Webhook.ClientConfig.Service; svc != nil {
+				eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
+				settings.Target.Endpoints = eps
+				if err != nil {
+					settings.Target.EndpointsErr = err.Error()
+				}
+			}
+		}
+		r.Health.Ensure(b.Name, settings)
 	}
 	obs.health, _ = r.Health.Observe(b.Name)
 	return obs, nil

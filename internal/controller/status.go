@@ -132,6 +132,10 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		LastResult:           string(obs.health.Last.Status),
 		LastReason:           obs.health.Last.Reason,
 	}
+	if b.Spec.Probe.Endpoints && obs.health.Last.Status != "" {
+		s.Probe.HealthyEndpoints = new(int32(obs.health.Last.Healthy))
+		s.Probe.Endpoints = new(int32(obs.health.Last.Total))
+	}
 
 	set := func(typ string, ok bool, reason, msg string) {
 		st := metav1.ConditionFalse

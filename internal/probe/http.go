@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,6 +73,65 @@ func (p *HTTPProber) probe(ctx context.Context, t Target) Result {
 	if err != nil {
 		return Result{Status: Unknown, Reason: err.Error()}
 	}
+	if t.EndpointMode {
+		return p.probeEndpoints(ctx, t, ep)
+	}
+	return p.probeOne(ctx, t, ep)
+}
+
+// probeEndpoints probes every endpoint at once. The Service is Unhealthy
+// only when no endpoint answers: the API server's calls through the Service
+// still succeed on the healthy ones, but the count shows the partial outage.
+func (p *HTTPProber) probeEndpoints(ctx context.Context, t Target, ep endpoint) Result {
+	switch {
+	case t.EndpointsErr != "":
+		return Result{Status: Unknown, Reason: t.EndpointsErr}
+	case t.ClientConfig.Service == nil:
+		return Result{Status: Unknown, Reason: "probe.endpoints needs a service webhook; this one has a url"}
+	case len(t.Endpoints) == 0:
+		return Result{Status: Unhealthy, Reason: "the Service has no ready endpoints"}
+	}
+	results := make([]Result, len(t.Endpoints))
+	var wg sync.WaitGroup
+	for i, addr := range t.Endpoints {
+		wg.Go(func() {
+			one := *p
+			one.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return p.dial()(ctx, network, addr)
+			}
+			results[i] = one.probeOne(ctx, t, ep)
+		})
+	}
+	wg.Wait()
+	r := Result{Total: len(results)}
+	var firstBad Result
+	for _, res := range results {
+		switch {
+		case res.Status == Healthy:
+			r.Healthy++
+		case firstBad.Status == "" || (firstBad.Status == Unknown && res.Status == Unhealthy):
+			firstBad = res // an Unhealthy endpoint outweighs an unprobeable one
+		}
+	}
+	switch {
+	case r.Healthy == r.Total:
+		r.Status, r.Reason = Healthy, fmt.Sprintf("%d/%d endpoints healthy", r.Healthy, r.Total)
+	case r.Healthy > 0:
+		r.Status, r.Reason = Healthy, fmt.Sprintf("%d/%d endpoints healthy (partial outage; first failure: %s)", r.Healthy, r.Total, firstBad.Reason)
+	default:
+		r.Status, r.Reason = firstBad.Status, fmt.Sprintf("0/%d endpoints healthy: %s", r.Total, firstBad.Reason)
+	}
+	return r
+}
+
+func (p *HTTPProber) dial() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if p.DialContext != nil {
+		return p.DialContext
+	}
+	return (&net.Dialer{}).DialContext
+}
+
+func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result {
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
@@ -99,10 +159,7 @@ func (p *HTTPProber) probe(ctx context.Context, t Target) Result {
 }
 
 func (p *HTTPProber) client(ep endpoint) *http.Client {
-	dial := p.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
+	dial := p.dial()
 	// A fresh transport per probe: every probe makes a new connection and TLS
 	// handshake, as a restarted webhook pod would face, and nothing pools.
 	return &http.Client{

@@ -268,3 +268,52 @@ func TestAdmissionReviewProbe(t *testing.T) {
 		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "UID does not match")
 	})
 }
+
+// TestEndpointModeShowsPartialOutages probes each ready endpoint of a
+// Service; the injected dialer plays the pod network, mapping pod IPs to
+// servers on 127.0.0.1.
+func TestEndpointModeShowsPartialOutages(t *testing.T) {
+	ca := mustCA(t)
+	hookServer := func(code int) string {
+		cert, err := ca.Issue("hook.team.svc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: healthz(0, code), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		return ln.Addr().String()
+	}
+	pods := map[string]string{} // pod address -> 127.0.0.1 server
+	p := &probe.HTTPProber{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		real, ok := pods[addr]
+		if !ok {
+			t.Errorf("prober dialed %s, which is not an endpoint", addr)
+			return nil, errors.New("not an endpoint")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, real)
+	}}
+	pods["10.1.0.1:9443"], pods["10.1.0.2:9443"], pods["10.1.0.3:9443"] = hookServer(200), hookServer(500), hookServer(500)
+	target := func(eps ...string) probe.Target {
+		return probe.Target{
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "team", Name: "hook"}, CABundle: ca.PEM},
+			Kind:         v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: time.Second,
+			EndpointMode: true, Endpoints: eps,
+		}
+	}
+	r := p.Probe(t.Context(), target("10.1.0.1:9443", "10.1.0.2:9443", "10.1.0.3:9443"))
+	want(t, r, probe.Healthy, "1/3 endpoints healthy (partial outage")
+	if r.Healthy != 1 || r.Total != 3 {
+		t.Fatalf("counts %d/%d", r.Healthy, r.Total)
+	}
+	want(t, p.Probe(t.Context(), target("10.1.0.2:9443", "10.1.0.3:9443")), probe.Unhealthy, "0/2 endpoints healthy: HTTP 500")
+	want(t, p.Probe(t.Context(), target()), probe.Unhealthy, "no ready endpoints")
+	unresolved := target()
+	unresolved.EndpointsErr = `get Service team/hook: services "hook" not found`
+	want(t, p.Probe(t.Context(), unresolved), probe.Unknown, "not found")
+}

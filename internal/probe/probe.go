@@ -32,6 +32,8 @@ type Result struct {
 	Reason string
 	// Latency is how long the probe took.
 	Latency time.Duration
+	// Healthy and Total count endpoints in endpoint mode (Target.EndpointMode).
+	Healthy, Total int
 }
 
 // Target is everything a probe needs to reach one webhook.
@@ -46,6 +48,13 @@ type Target struct {
 	Timeout time.Duration
 	// ReviewVersions are the webhook's admissionReviewVersions.
 	ReviewVersions []string
+	// EndpointMode probes each of Endpoints (ready "ip:port" addresses of the
+	// Service, resolved by the caller) instead of the Service name, with the
+	// same URL and TLS server name. EndpointsErr, when set, says why the
+	// endpoints could not be resolved.
+	EndpointMode bool
+	Endpoints    []string
+	EndpointsErr string
 }
 
 // Prober probes a target once. Implementations must honour ctx and Timeout.
