@@ -28,7 +28,7 @@ func ServiceEndpoints(ctx context.Context, r client.Reader, ref *admissionregist
 	}
 	i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == port })
 	if i < 0 {
-		return nil, fmt.Errorf("Service %s/%s has no port %d", ref.Namespace, ref.Name, port)
+		return nil, fmt.Errorf("service %s/%s has no port %d", ref.Namespace, ref.Name, port)
 	}
 	portName := svc.Spec.Ports[i].Name
 	var list discoveryv1.EndpointSliceList
