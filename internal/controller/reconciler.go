@@ -77,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
-		"target", b.Spec.Target.Kind+"/"+v1alpha1.TargetKind(b.Spec.Target.ConfigurationName), "webhook", b.Spec.Target.WebhookName))
+		"target", string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
 	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		return ctrl.Result{}, nil
@@ -110,7 +110,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.patchFinalizer(ctx, &b, false)
 	}
 	if obs.cfg == nil || deleting {
-		return ctrl.Result{RequeueAfter: probeSettings(&b, circuit.Webhook{}).Interval}, nil
+		// Nothing is probed, so nothing else triggers a look at the target.
+		return ctrl.Result{RequeueAfter: withDefaults(b.Spec.Probe).Interval}, nil
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
