@@ -180,33 +180,19 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxWaitDurationInHalfOpenState < 0:
 		return bad("maxWaitDurationInHalfOpenState", c.MaxWaitDurationInHalfOpenState, "must not be negative")
 	}
-	if c.FailureRateThreshold == 0 {
-		c.FailureRateThreshold = DefaultFailureRateThreshold
-	}
-	if c.SlowCallRateThreshold == 0 {
-		c.SlowCallRateThreshold = DefaultSlowCallRateThreshold
-	}
-	if c.MinimumNumberOfCalls == 0 {
-		c.MinimumNumberOfCalls = DefaultMinimumNumberOfCalls
-	}
-	if c.WindowSize == 0 {
-		c.WindowSize = DefaultWindowSize
-	}
-	if c.WaitDurationInOpenState == 0 {
-		c.WaitDurationInOpenState = DefaultWaitDurationInOpenState
-	}
-	if c.PermittedNumberOfCallsInHalfOpenState == 0 {
-		c.PermittedNumberOfCallsInHalfOpenState = DefaultPermittedCallsInHalfOpen
-	}
+	c = merge(Config{
+		FailureRateThreshold:                  DefaultFailureRateThreshold,
+		SlowCallRateThreshold:                 DefaultSlowCallRateThreshold,
+		MinimumNumberOfCalls:                  DefaultMinimumNumberOfCalls,
+		WindowSize:                            DefaultWindowSize,
+		WaitDurationInOpenState:               DefaultWaitDurationInOpenState,
+		PermittedNumberOfCallsInHalfOpenState: DefaultPermittedCallsInHalfOpen,
+		Classifier:                            DefaultClassifier,
+		Clock:                                 systemClock{},
+	}, c)
 	if c.WindowType == CountBased && c.MinimumNumberOfCalls > c.WindowSize {
 		// A count window never holds more than its size.
 		c.MinimumNumberOfCalls = c.WindowSize
-	}
-	if c.Classifier == nil {
-		c.Classifier = DefaultClassifier
-	}
-	if c.Clock == nil {
-		c.Clock = systemClock{}
 	}
 	return c, nil
 }

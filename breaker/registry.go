@@ -108,48 +108,33 @@ func (r *Registry) Enabled() bool {
 
 // merge returns base with every non-zero field of o applied.
 func merge(base, o Config) Config {
-	set := func(dst *float64, v float64) {
-		if v != 0 {
-			*dst = v
-		}
-	}
-	set(&base.FailureRateThreshold, o.FailureRateThreshold)
-	set(&base.SlowCallRateThreshold, o.SlowCallRateThreshold)
-	if o.SlowCallDurationThreshold != 0 {
-		base.SlowCallDurationThreshold = o.SlowCallDurationThreshold
-	}
-	if o.MinimumNumberOfCalls != 0 {
-		base.MinimumNumberOfCalls = o.MinimumNumberOfCalls
-	}
-	if o.WindowType != TimeBased {
-		base.WindowType = o.WindowType
-	}
-	if o.WindowSize != 0 {
-		base.WindowSize = o.WindowSize
-	}
-	if o.WaitDurationInOpenState != 0 {
-		base.WaitDurationInOpenState = o.WaitDurationInOpenState
-	}
+	override(&base.FailureRateThreshold, o.FailureRateThreshold)
+	override(&base.SlowCallRateThreshold, o.SlowCallRateThreshold)
+	override(&base.SlowCallDurationThreshold, o.SlowCallDurationThreshold)
+	override(&base.MinimumNumberOfCalls, o.MinimumNumberOfCalls)
+	override(&base.WindowType, o.WindowType)
+	override(&base.WindowSize, o.WindowSize)
+	override(&base.WaitDurationInOpenState, o.WaitDurationInOpenState)
+	override(&base.PermittedNumberOfCallsInHalfOpenState, o.PermittedNumberOfCallsInHalfOpenState)
+	override(&base.MaxWaitDurationInHalfOpenState, o.MaxWaitDurationInHalfOpenState)
+	override(&base.AutomaticTransitionFromOpenToHalfOpen, o.AutomaticTransitionFromOpenToHalfOpen)
+	override(&base.Clock, o.Clock)
 	if o.WaitIntervalFunction != nil {
 		base.WaitIntervalFunction = o.WaitIntervalFunction
 	}
-	if o.PermittedNumberOfCallsInHalfOpenState != 0 {
-		base.PermittedNumberOfCallsInHalfOpenState = o.PermittedNumberOfCallsInHalfOpenState
-	}
-	if o.MaxWaitDurationInHalfOpenState != 0 {
-		base.MaxWaitDurationInHalfOpenState = o.MaxWaitDurationInHalfOpenState
-	}
-	if o.AutomaticTransitionFromOpenToHalfOpen {
-		base.AutomaticTransitionFromOpenToHalfOpen = true
-	}
 	if o.Classifier != nil {
 		base.Classifier = o.Classifier
-	}
-	if o.Clock != nil {
-		base.Clock = o.Clock
 	}
 	if o.OnEvent != nil {
 		base.OnEvent = o.OnEvent
 	}
 	return base
+}
+
+// override sets *dst to v unless v is the zero value ("inherit").
+func override[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
 }
