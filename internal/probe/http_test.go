@@ -86,7 +86,9 @@ func healthz(delay time.Duration, code int) http.Handler {
 func urlTarget(s *server, path string) probe.Target {
 	return probe.Target{
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + s.addr + path), CABundle: s.ca.PEM},
-		Kind:         v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 250 * time.Millisecond,
+		// Generous, so a busy CI machine cannot turn a healthy answer into a
+		// timeout; the deadline test sets its own.
+		Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 2 * time.Second,
 	}
 }
 
@@ -105,7 +107,7 @@ func TestServiceWebhookOnItsOwnPort(t *testing.T) {
 			Service:  &admissionregistrationv1.ServiceReference{Namespace: "team", Name: "hook", Port: ptr.To(int32(s.port)), Path: ptr.To("/mutate")},
 			CABundle: s.ca.PEM,
 		},
-		Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 250 * time.Millisecond,
+		Kind: v1alpha1.ProbeHTTPGet, HealthPath: "/healthz", Timeout: 2 * time.Second,
 	}
 	want(t, p.Probe(t.Context(), tgt), probe.Healthy, "HTTP 200")
 
@@ -132,7 +134,9 @@ func TestURLWebhookOutcomes(t *testing.T) {
 		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(0, 200), "elsewhere.example"), "/")), probe.Unhealthy, "TLS")
 	})
 	t.Run("slower than the deadline", func(t *testing.T) {
-		want(t, p.Probe(t.Context(), urlTarget(serve(t, healthz(2*time.Second, 200), "127.0.0.1"), "/")), probe.Unhealthy, "timeout after 250ms")
+		tgt := urlTarget(serve(t, healthz(5*time.Second, 200), "127.0.0.1"), "/")
+		tgt.Timeout = 250 * time.Millisecond
+		want(t, p.Probe(t.Context(), tgt), probe.Unhealthy, "timeout after 250ms")
 	})
 	t.Run("closed port", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -248,7 +252,7 @@ func TestAdmissionReviewProbe(t *testing.T) {
 		reason string
 	}{
 		{"answering webhook is healthy", 0, probe.Healthy, "AdmissionReview answered"},
-		{"healthz fine but admission hangs is unhealthy", 2 * time.Second, probe.Unhealthy, "timeout"},
+		{"healthz fine but admission hangs is unhealthy", 5 * time.Second, probe.Unhealthy, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := serve(t, admission(tc.delay), "127.0.0.1")

@@ -34,7 +34,7 @@ func TestDemoScenarioAgainstControllerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs, err := demo.Execute(t.Context(), demo.Options{
-		Assets: assets, Dir: t.TempDir(), Out: logWriter{t}, Creates: 5,
+		Assets: assets, Dir: t.TempDir(), Out: logWriter{t}, Creates: 7,
 		Controller: func(_ context.Context, cfg *rest.Config, _ string) (func(), error) {
 			p := startController(t, kubeconfigFile(t, cfg), "demo")
 			return p.kill, nil
