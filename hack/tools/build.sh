@@ -13,7 +13,8 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-cache_root=${TRIPSWITCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tripswitch}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+cache_root=${TRIPSWITCH_CACHE_DIR:-${XDG_CACHE_HOME:-${home:-$top/bin}/.cache}/tripswitch}
 out="$cache_root/k8s/$KUBE_VERSION"
 mkdir -p "$out" "$top/bin"
 
