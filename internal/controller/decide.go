@@ -7,7 +7,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // Write is the one write a decision may ask for.
@@ -51,7 +50,6 @@ const (
 	ReasonNoChange           = "NoChange"
 	ReasonAwaitingProbes     = "AwaitingProbes"
 	ReasonStillOpen          = "StillOpen"
-	ReasonForceClosedOutage  = "ForceClosedDuringOutage"
 	ReasonCannotBypass       = "CannotBypass"
 	ReasonFinalizerReleased  = "FinalizerReleased"
 	ReasonWriteFailed        = "WriteFailed"
@@ -70,7 +68,6 @@ const (
 type Health struct {
 	Failures, Successes                int32
 	FailureThreshold, SuccessThreshold int32
-	Last                               probe.Status
 	LastReason                         string
 }
 

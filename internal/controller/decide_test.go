@@ -9,16 +9,15 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 const uid = "breaker-uid"
 
 var (
-	down    = Health{Failures: 3, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unhealthy}
-	up      = Health{Successes: 5, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Healthy}
-	pending = Health{Failures: 2, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unhealthy}
-	unknown = Health{FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Unknown}
+	down    = Health{Failures: 3, FailureThreshold: 3, SuccessThreshold: 5}
+	up      = Health{Successes: 5, FailureThreshold: 3, SuccessThreshold: 5}
+	pending = Health{Failures: 2, FailureThreshold: 3, SuccessThreshold: 5}
+	unknown = Health{FailureThreshold: 3, SuccessThreshold: 5} // Unknown probes reset both counts
 )
 
 func webhookWith(policy admissionregistrationv1.FailurePolicyType, conds ...string) circuit.Webhook {
@@ -109,17 +108,14 @@ func TestDecide(t *testing.T) {
 func FuzzDecide(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false)
 	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false)
-	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, unknownLast bool) {
+	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, _ bool) {
 		modes := []v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}
 		actions := []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass}
 		states := []circuit.State{closedFail, openIgnore, openBypass, adminIgnore, adminClosed, corrupt, othersRecord, {Index: -1}}
 		in := Input{
 			Mode: modes[int(mode)%len(modes)], Action: actions[int(action)%len(actions)], BreakerUID: uid,
 			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed,
-			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5, Last: probe.Healthy},
-		}
-		if unknownLast {
-			in.Health.Last = probe.Unknown
+			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5},
 		}
 		in.TargetFound = in.State.Index >= 0
 		d := Decide(in)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -37,7 +38,7 @@ func ServiceEndpoints(ctx context.Context, r client.Reader, ref *admissionregist
 	}
 	var out []string
 	for _, es := range list.Items {
-		j := slices.IndexFunc(es.Ports, func(p discoveryv1.EndpointPort) bool { return ptrOr(p.Name, "") == portName && p.Port != nil })
+		j := slices.IndexFunc(es.Ports, func(p discoveryv1.EndpointPort) bool { return ptr.Deref(p.Name, "") == portName && p.Port != nil })
 		if j < 0 {
 			continue
 		}
@@ -52,11 +53,4 @@ func ServiceEndpoints(ctx context.Context, r client.Reader, ref *admissionregist
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }

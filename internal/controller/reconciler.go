@@ -164,7 +164,7 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 		Health: Health{
 			Failures: obs.health.ConsecutiveFailures, Successes: obs.health.ConsecutiveSuccesses,
 			FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
-			Last: obs.health.Last.Status, LastReason: obs.health.Last.Reason,
+			LastReason: obs.health.Last.Reason,
 		},
 		Disarmed: b.Status.DisarmedReason != "" && !rearmRequested(b),
 	}
