@@ -147,60 +147,51 @@ func (s Settings) apply(c Config, prefix string) (Config, error) {
 // ApplyEnv overrides f.Enabled and f.Defaults from environment variables
 // named prefix + "_" + the upper-snake property name, for example
 // CIRCUITBREAKER_ENABLED or CIRCUITBREAKER_FAILURE_RATE_THRESHOLD. lookup is
-// os.LookupEnv in production.
+// os.LookupEnv in production. Variables are read in a fixed order, so the
+// first bad one is always the one reported.
 func (f *File) ApplyEnv(prefix string, lookup func(string) (string, bool)) error {
-	name := func(prop string) string { return prefix + "_" + prop }
-	if v, ok := lookup(name("ENABLED")); ok {
-		b, err := strconv.ParseBool(v)
+	d := &f.Defaults
+	e := env{prefix: prefix, lookup: lookup}
+	parseFloat := func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
+	parseString := func(v string) (string, error) { return v, nil }
+	for _, err := range []error{
+		envVar(e, "ENABLED", "a boolean", strconv.ParseBool, &f.Enabled),
+		envVar(e, "FAILURE_RATE_THRESHOLD", "a number", parseFloat, &d.FailureRateThreshold),
+		envVar(e, "SLOW_CALL_RATE_THRESHOLD", "a number", parseFloat, &d.SlowCallRateThreshold),
+		envVar(e, "SLOW_CALL_DURATION_THRESHOLD", "", parseString, &d.SlowCallDurationThreshold),
+		envVar(e, "MINIMUM_NUMBER_OF_CALLS", "an integer", strconv.Atoi, &d.MinimumNumberOfCalls),
+		envVar(e, "SLIDING_WINDOW_TYPE", "", parseString, &d.SlidingWindowType),
+		envVar(e, "SLIDING_WINDOW_SIZE", "an integer", strconv.Atoi, &d.SlidingWindowSize),
+		envVar(e, "WAIT_DURATION_IN_OPEN_STATE", "", parseString, &d.WaitDurationInOpenState),
+		envVar(e, "PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE", "an integer", strconv.Atoi, &d.PermittedNumberOfCallsInHalfOpenState),
+		envVar(e, "MAX_WAIT_DURATION_IN_HALF_OPEN_STATE", "", parseString, &d.MaxWaitDurationInHalfOpenState),
+		envVar(e, "AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED", "a boolean", strconv.ParseBool, &d.AutomaticTransitionFromOpenToHalfOpenEnabled),
+	} {
 		if err != nil {
-			return fmt.Errorf("breaker config: %s=%q is not a boolean", name("ENABLED"), v)
-		}
-		f.Enabled = &b
-	}
-	floats := map[string]**float64{
-		"FAILURE_RATE_THRESHOLD":   &f.Defaults.FailureRateThreshold,
-		"SLOW_CALL_RATE_THRESHOLD": &f.Defaults.SlowCallRateThreshold,
-	}
-	for prop, dst := range floats {
-		if v, ok := lookup(name(prop)); ok {
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("breaker config: %s=%q is not a number", name(prop), v)
-			}
-			*dst = &x
+			return err
 		}
 	}
-	ints := map[string]**int{
-		"MINIMUM_NUMBER_OF_CALLS":                      &f.Defaults.MinimumNumberOfCalls,
-		"SLIDING_WINDOW_SIZE":                          &f.Defaults.SlidingWindowSize,
-		"PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE": &f.Defaults.PermittedNumberOfCallsInHalfOpenState,
+	return nil
+}
+
+type env struct {
+	prefix string
+	lookup func(string) (string, bool)
+}
+
+// envVar sets *dst from the variable prefix_prop when it is set; what names
+// the expected form for the error. Strings are validated later, with the
+// rest of the settings.
+func envVar[T any](e env, prop, what string, parse func(string) (T, error), dst **T) error {
+	name := e.prefix + "_" + prop
+	v, ok := e.lookup(name)
+	if !ok {
+		return nil
 	}
-	for prop, dst := range ints {
-		if v, ok := lookup(name(prop)); ok {
-			x, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("breaker config: %s=%q is not an integer", name(prop), v)
-			}
-			*dst = &x
-		}
+	x, err := parse(v)
+	if err != nil {
+		return fmt.Errorf("breaker config: %s=%q is not %s", name, v, what)
 	}
-	strs := map[string]**string{
-		"SLOW_CALL_DURATION_THRESHOLD":         &f.Defaults.SlowCallDurationThreshold,
-		"SLIDING_WINDOW_TYPE":                  &f.Defaults.SlidingWindowType,
-		"WAIT_DURATION_IN_OPEN_STATE":          &f.Defaults.WaitDurationInOpenState,
-		"MAX_WAIT_DURATION_IN_HALF_OPEN_STATE": &f.Defaults.MaxWaitDurationInHalfOpenState,
-	}
-	for prop, dst := range strs {
-		if v, ok := lookup(name(prop)); ok {
-			*dst = &v
-		}
-	}
-	if v, ok := lookup(name("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED")); ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("breaker config: %s=%q is not a boolean", name("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED"), v)
-		}
-		f.Defaults.AutomaticTransitionFromOpenToHalfOpenEnabled = &b
-	}
+	*dst = &x
 	return nil
 }
