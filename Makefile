@@ -5,6 +5,9 @@ CONTROLLER_TOOLS     ?= v0.23.0
 STATICCHECK          ?= v0.8.2
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
+# Library modules: each its own go.mod, so a user of one pulls in only what
+# it needs (see README, "Modules").
+LIB_MODULES          := breaker
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
@@ -16,9 +19,10 @@ all: lint test
 tools:
 	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
 
-## test: build the control plane if needed, then run every test with the race detector
+## test: build the control plane if needed, then run every test of every module with the race detector
 test: tools
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
+	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -26,11 +30,13 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
-	cd bench && go vet ./...
+	@set -e; for m in $(LIB_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
 
-## bench: tripswitch's breaker and its peers, side by side, on 1 and 2 cores
+## bench: tripswitch's breaker and its peers, side by side, on 1 and 2 cores (and the failure path at GOMAXPROCS=16)
 bench:
 	cd bench && go test -run '^$$' -bench . -benchmem -cpu 1,2 -count 6 -benchtime 500ms
+	cd bench && go test -run '^$$' -bench Mixed -benchmem -cpu 16 -count 6 -benchtime 500ms
+	cd breaker && go test -run '^$$' -bench 'FailureCost|Memory' -benchmem -cpu 1,2 -count 3 -benchtime 500ms
 
 ## generate: deepcopy, CRD and RBAC manifests from the API types and kubebuilder markers
 generate:

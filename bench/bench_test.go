@@ -5,6 +5,9 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +27,15 @@ const (
 )
 
 func tripswitch(b *testing.B) *tsbreaker.Breaker {
-	cb, err := tsbreaker.New("bench", tsbreaker.Config{WindowType: tsbreaker.TimeBased, WindowSize: int(window / time.Second), MinimumNumberOfCalls: minCalls, FailureRateThreshold: 50})
+	return tripswitchWith(b, tsbreaker.TimeBased, 50)
+}
+
+func tripswitchWith(b *testing.B, wt tsbreaker.WindowType, threshold float64) *tsbreaker.Breaker {
+	size := int(window / time.Second)
+	if wt == tsbreaker.CountBased {
+		size = 100
+	}
+	cb, err := tsbreaker.New("bench", tsbreaker.Config{WindowType: wt, WindowSize: size, MinimumNumberOfCalls: minCalls, FailureRateThreshold: threshold})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,5 +145,84 @@ func BenchmarkOpenRejection(b *testing.B) {
 		cb := failsafeBreaker()
 		cb.Open()
 		run(b, false, func() { _ = cb.TryAcquirePermit() })
+	})
+}
+
+// mixedThreshold keeps every circuit CLOSED under the mixed workloads (at
+// most 50% failures), so the benchmark measures recording and deciding, not
+// rejecting.
+const mixedThreshold = 60
+
+// BenchmarkMixed is the failure path: calls through a CLOSED circuit of
+// which every 20th (5%) or every 2nd (50%) fails. Run it with -cpu 1,2 and
+// with -cpu 16 for the cost at GOMAXPROCS=16.
+func BenchmarkMixed(b *testing.B) {
+	for _, every := range []int{20, 2} {
+		pct := fmt.Sprintf("%dpct", 100/every)
+		for _, wt := range []tsbreaker.WindowType{tsbreaker.CountBased, tsbreaker.TimeBased} {
+			b.Run(pct+"/tripswitch-"+strings.ToLower(strings.TrimSuffix(wt.String(), "_BASED")), func(b *testing.B) {
+				cb := tripswitchWith(b, wt, mixedThreshold)
+				mixed(b, every, func(fail bool) {
+					if p, err := cb.Allow(); err == nil {
+						if fail {
+							p.Done(tsbreaker.Failure)
+						} else {
+							p.Done(tsbreaker.Success)
+						}
+					}
+				})
+				if s := cb.State(); s != tsbreaker.Closed {
+					b.Fatalf("circuit %s: the workload must keep it closed", s)
+				}
+			})
+		}
+		b.Run(pct+"/gobreaker-v2-rolling-twostep", func(b *testing.B) {
+			s := gobreakerSettings()
+			s.ReadyToTrip = func(c gobreaker.Counts) bool {
+				return c.Requests >= minCalls && float64(c.TotalFailures)/float64(c.Requests) >= mixedThreshold/100.0
+			}
+			cb := gobreaker.NewTwoStepCircuitBreaker[int](s)
+			mixed(b, every, func(fail bool) {
+				if done, err := cb.Allow(); err == nil {
+					if fail {
+						done(errFail)
+					} else {
+						done(nil)
+					}
+				}
+			})
+			if s := cb.State(); s != gobreaker.StateClosed {
+				b.Fatalf("gobreaker %s: the workload must keep it closed", s)
+			}
+		})
+		b.Run(pct+"/failsafe-go-direct", func(b *testing.B) {
+			cb := circuitbreaker.NewBuilder[int]().WithFailureRateThreshold(mixedThreshold/100.0, minCalls, window).Build()
+			mixed(b, every, func(fail bool) {
+				if cb.TryAcquirePermit() {
+					if fail {
+						cb.RecordFailure()
+					} else {
+						cb.RecordSuccess()
+					}
+				}
+			})
+			if !cb.IsClosed() {
+				b.Fatal("failsafe-go circuit opened: the workload must keep it closed")
+			}
+		})
+	}
+}
+
+var errFail = errors.New("fail")
+
+// mixed runs op in parallel, failing every every-th call of each goroutine.
+func mixed(b *testing.B, every int, op func(fail bool)) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			op(i%every == 0)
+		}
 	})
 }

@@ -9,9 +9,9 @@ require (
 	github.com/eapache/go-resiliency v1.7.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/sony/gobreaker/v2 v2.4.0
-	github.com/tripswitch-dev/tripswitch v0.0.0-00010101000000-000000000000
+	github.com/tripswitch-dev/tripswitch/breaker v0.0.0-00010101000000-000000000000
 )
 
 require github.com/bits-and-blooms/bitset v1.24.4 // indirect
 
-replace github.com/tripswitch-dev/tripswitch => ../
+replace github.com/tripswitch-dev/tripswitch/breaker => ../breaker

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,10 +53,12 @@ type phase struct {
 	openUntil time.Time // OPEN: when trial calls are allowed
 	untilSec  int64     // openUntil's Unix second, for the coarse check
 	rejection *OpenError
-	attempt   int          // consecutive openings, for backoff
-	window    window       // CLOSED and METRICS_ONLY
-	armed     atomic.Bool  // the last evaluation saw failures below the minimum of calls
-	evalSec   atomic.Int64 // the second of the last evaluation (TIME_BASED)
+	attempt   int    // consecutive openings, for backoff
+	window    window // CLOSED and METRICS_ONLY
+
+	// METRICS_ONLY: whether each rate was at or above its threshold at the
+	// last check, so that a crossing is reported once.
+	failingSeen, slowSeen atomic.Bool
 
 	// HALF_OPEN trial accounting.
 	permits  atomic.Int32 // taken and not released
@@ -78,9 +79,10 @@ type Breaker struct {
 	timed bool
 	base  time.Time
 
-	cur    atomic.Pointer[phase]
-	mu     sync.Mutex // serialises transitions
-	events eventQueue
+	cur       atomic.Pointer[phase]
+	mu        sync.Mutex // serialises transitions
+	events    eventQueue
+	listeners atomic.Pointer[[]*listener]
 }
 
 // New returns a CLOSED breaker, or a *ConfigError naming the invalid field.
@@ -92,8 +94,8 @@ func New(name string, cfg Config) (*Breaker, error) {
 	_, system := c.Clock.(systemClock)
 	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
 		timed: c.SlowCallDurationThreshold > 0, base: c.Clock.Now()}
-	if b.coarse {
-		startCoarse()
+	if c.OnEvent != nil {
+		b.listeners.Store(&[]*listener{{fn: c.OnEvent}})
 	}
 	b.cur.Store(b.newPhase(Closed, nil, c.Clock.Now()))
 	return b, nil
@@ -117,11 +119,11 @@ func (b *Breaker) settle(p *phase, now time.Time) *phase {
 	switch p.state {
 	case Open:
 		if b.cfg.AutomaticTransitionFromOpenToHalfOpen && !now.Before(p.openUntil) {
-			return b.transition(p, HalfOpen, now)
+			return b.transition(p, HalfOpen, now, nil)
 		}
 	case HalfOpen:
 		if w := b.cfg.MaxWaitDurationInHalfOpenState; w > 0 && now.Sub(p.since) >= w {
-			return b.transition(p, Open, now)
+			return b.transition(p, Open, now, nil)
 		}
 	}
 	return p
@@ -164,7 +166,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 			if now.Before(p.openUntil) {
 				return Permit{}, p.rejection
 			}
-			p = b.transition(p, HalfOpen, now)
+			p = b.transition(p, HalfOpen, now, nil)
 		case HalfOpen:
 			if q := b.settle(p, now); q != p {
 				p = q
@@ -197,6 +199,9 @@ func (b *Breaker) permit(p *phase) Permit {
 // Done records the call's outcome. A permit from an earlier generation (the
 // circuit changed state since it was admitted) records nothing. Calling Done
 // again on the same Permit does nothing.
+//
+// When Done returns, the outcome has been counted and checked: if it made
+// the window's rate reach a threshold, the circuit is OPEN.
 func (pm *Permit) Done(o Outcome) {
 	b, p := pm.b, pm.p
 	if b == nil {
@@ -222,10 +227,7 @@ func (pm *Permit) Done(o Outcome) {
 		if b.cfg.WindowType == TimeBased {
 			sec = b.second()
 		}
-		p.window.record(sec, o == Failure, slow)
-		if o == Failure || slow || p.armed.Load() || (b.cfg.WindowType == TimeBased && p.evalSec.Load() != sec) {
-			b.evaluate(p, sec)
-		}
+		b.check(p, p.window.record(sec, o == Failure, slow))
 	case HalfOpen:
 		if o == Failure {
 			p.failures.Add(1)
@@ -246,58 +248,93 @@ func (pm *Permit) DoneErr(err error) {
 	}
 }
 
-// evaluate trips a CLOSED circuit whose rates reached a threshold once the
-// window holds the minimum number of calls, as Resilience4j does after every
-// call. A success can only lower the rates, so successes skip it except when
-// it could still trip: an earlier failure found too few calls ("armed"), or,
-// in a time window, a second has passed since the last evaluation and
-// expired successes may have raised the rates. Both keep the closed path
-// free of aggregation without changing a single decision.
-func (b *Breaker) evaluate(p *phase, sec int64) {
-	if b.cfg.WindowType == TimeBased {
-		p.evalSec.Store(sec)
+// Rates are a window's failure and slow-call percentages, each -1 while
+// fewer than the minimum number of calls were counted for it.
+type Rates struct {
+	Failure, SlowCall float64
+}
+
+func (b *Breaker) rates(c counts) Rates {
+	r := Rates{Failure: -1, SlowCall: -1}
+	min := max(int64(b.cfg.MinimumNumberOfCalls), 1)
+	if c.calls >= min {
+		r.Failure = float64(c.failures) * 100 / float64(c.calls)
 	}
-	c := p.window.snapshot(sec)
-	if c.calls < int64(b.cfg.MinimumNumberOfCalls) {
-		p.armed.Store(c.failures > 0 || c.slow > 0)
+	if c.slowCalls >= min {
+		r.SlowCall = float64(c.slow) * 100 / float64(c.slowCalls)
+	}
+	return r
+}
+
+// exceeded reports which thresholds r reaches.
+func (b *Breaker) exceeded(r Rates) (failing, slow bool) {
+	return r.Failure >= b.cfg.FailureRateThreshold, r.SlowCall >= b.cfg.SlowCallRateThreshold
+}
+
+// check acts on the counts a record returned, which include that record and
+// every one before it, as Resilience4j checks after every call: a CLOSED
+// circuit whose rate reached a threshold opens; METRICS_ONLY reports each
+// rate's crossing once.
+func (b *Breaker) check(p *phase, c counts) {
+	if c.failures == 0 && c.slow == 0 && p.state == Closed {
+		return // no rate can be above a threshold (both are > 0)
+	}
+	r := b.rates(c)
+	failing, slow := b.exceeded(r)
+	if p.state == MetricsOnly {
+		b.reportCrossings(p, r, failing, slow)
 		return
 	}
-	p.armed.Store(false)
-	fr := float64(c.failures) * 100 / float64(c.calls)
-	sr := float64(c.slow) * 100 / float64(c.calls)
-	failing, slow := fr >= b.cfg.FailureRateThreshold, sr >= b.cfg.SlowCallRateThreshold
-	if !failing && !slow {
+	if failing || slow {
+		b.transition(p, Open, b.cfg.Clock.Now(), &r)
+	}
+}
+
+// reportCrossings publishes a rate-exceeded event when a rate reaches its
+// threshold after having been below it (or below the minimum of calls).
+func (b *Breaker) reportCrossings(p *phase, r Rates, failing, slow bool) {
+	crossed := func(seen *atomic.Bool, above bool) bool {
+		if above {
+			return !seen.Load() && seen.CompareAndSwap(false, true)
+		}
+		if seen.Load() {
+			seen.Store(false)
+		}
+		return false
+	}
+	f, s := crossed(&p.failingSeen, failing), crossed(&p.slowSeen, slow)
+	if !f && !s {
 		return
 	}
 	now := b.cfg.Clock.Now()
-	if p.state == MetricsOnly {
-		ev := Event{Breaker: b.name, Type: EventFailureRateExceeded, From: MetricsOnly, To: MetricsOnly, At: now, FailureRate: fr, SlowCallRate: -1}
-		if !failing {
-			ev.Type, ev.FailureRate, ev.SlowCallRate = EventSlowCallRateExceeded, -1, sr
-		}
-		b.events.push(ev)
-		b.events.drain(b.cfg.OnEvent)
-		return
+	if f {
+		b.events.push(Event{Breaker: b.name, Type: EventFailureRateExceeded, From: MetricsOnly, To: MetricsOnly, At: now, FailureRate: r.Failure, SlowCallRate: r.SlowCall})
 	}
-	b.transition(p, Open, now)
+	if s {
+		b.events.push(Event{Breaker: b.name, Type: EventSlowCallRateExceeded, From: MetricsOnly, To: MetricsOnly, At: now, FailureRate: r.Failure, SlowCallRate: r.SlowCall})
+	}
+	b.drain()
 }
 
 // decideHalfOpen closes or reopens after the last trial call.
 func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
 	n := float64(b.cfg.PermittedNumberOfCallsInHalfOpenState)
-	fr := float64(p.failures.Load()) * 100 / n
-	sr := float64(p.slow.Load()) * 100 / n
-	if fr >= b.cfg.FailureRateThreshold || sr >= b.cfg.SlowCallRateThreshold {
-		b.transition(p, Open, now)
+	r := Rates{Failure: float64(p.failures.Load()) * 100 / n, SlowCall: float64(p.slow.Load()) * 100 / n}
+	if failing, slow := b.exceeded(r); failing || slow {
+		b.transition(p, Open, now, &r)
 		return
 	}
-	b.transition(p, Closed, now)
+	b.transition(p, Closed, now, &r)
 }
 
 // transition moves from phase from to state to, unless another goroutine
 // already moved on from it; it returns the phase that is current afterwards.
-// A nil from forces the transition (manual transitions).
-func (b *Breaker) transition(from *phase, to State, now time.Time) *phase {
+// A nil from forces the transition (manual transitions); a manual transition
+// to the current state starts a new generation but publishes nothing, as in
+// Resilience4j. r, when known, are the rates that decided the transition:
+// they are reported on the event, and an opening they caused is preceded by
+// a rate-exceeded event for each rate at or above its threshold.
+func (b *Breaker) transition(from *phase, to State, now time.Time, r *Rates) *phase {
 	b.mu.Lock()
 	cur := b.cur.Load()
 	if from != nil && cur != from {
@@ -306,9 +343,24 @@ func (b *Breaker) transition(from *phase, to State, now time.Time) *phase {
 	}
 	next := b.newPhase(to, cur, now)
 	b.cur.Store(next)
-	b.events.push(Event{Breaker: b.name, Type: EventStateTransition, From: cur.state, To: to, At: now, FailureRate: -1, SlowCallRate: -1})
+	ev := Event{Breaker: b.name, Type: EventStateTransition, From: cur.state, To: to, At: now, FailureRate: -1, SlowCallRate: -1}
+	if r != nil {
+		ev.FailureRate, ev.SlowCallRate = r.Failure, r.SlowCall
+		if to == Open && cur.state == Closed {
+			failing, slow := b.exceeded(*r)
+			if failing {
+				b.events.push(Event{Breaker: b.name, Type: EventFailureRateExceeded, From: cur.state, To: cur.state, At: now, FailureRate: r.Failure, SlowCallRate: r.SlowCall})
+			}
+			if slow {
+				b.events.push(Event{Breaker: b.name, Type: EventSlowCallRateExceeded, From: cur.state, To: cur.state, At: now, FailureRate: r.Failure, SlowCallRate: r.SlowCall})
+			}
+		}
+	}
+	if cur.state != to {
+		b.events.push(ev)
+	}
 	b.mu.Unlock()
-	b.events.drain(b.cfg.OnEvent)
+	b.drain()
 	return next
 }
 
@@ -320,7 +372,6 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 	switch s {
 	case Closed, MetricsOnly:
 		p.window = newWindow(b.cfg)
-		p.evalSec.Store(math.MinInt64)
 	case Open:
 		p.attempt = 1
 		if prev != nil && prev.state == HalfOpen {
@@ -350,26 +401,47 @@ func (b *Breaker) openWait(attempt int) time.Duration {
 }
 
 // Manual transitions. Each starts a new generation, so calls admitted before
-// it cannot influence what follows.
+// it cannot influence what follows. A transition to the state the circuit is
+// already in publishes no event.
 
 // Open opens the circuit, which moves to HALF_OPEN after the open wait.
-func (b *Breaker) Open() { b.transition(nil, Open, b.cfg.Clock.Now()) }
+func (b *Breaker) Open() { b.transition(nil, Open, b.cfg.Clock.Now(), nil) }
 
 // Close closes the circuit with an empty window.
-func (b *Breaker) Close() { b.transition(nil, Closed, b.cfg.Clock.Now()) }
+func (b *Breaker) Close() { b.transition(nil, Closed, b.cfg.Clock.Now(), nil) }
 
 // Disable admits everything and records nothing until another manual transition.
-func (b *Breaker) Disable() { b.transition(nil, Disabled, b.cfg.Clock.Now()) }
+func (b *Breaker) Disable() { b.transition(nil, Disabled, b.cfg.Clock.Now(), nil) }
 
 // ForceOpen rejects everything until another manual transition.
-func (b *Breaker) ForceOpen() { b.transition(nil, ForcedOpen, b.cfg.Clock.Now()) }
+func (b *Breaker) ForceOpen() { b.transition(nil, ForcedOpen, b.cfg.Clock.Now(), nil) }
 
 // MetricsOnly records and reports but never transitions by itself.
-func (b *Breaker) MetricsOnly() { b.transition(nil, MetricsOnly, b.cfg.Clock.Now()) }
+func (b *Breaker) MetricsOnly() { b.transition(nil, MetricsOnly, b.cfg.Clock.Now(), nil) }
 
 // Reset returns to CLOSED with an empty window and the backoff attempt count
-// cleared.
-func (b *Breaker) Reset() { b.transition(nil, Closed, b.cfg.Clock.Now()) }
+// cleared, and publishes EventReset (after the transition's event, if the
+// circuit was not CLOSED), as Resilience4j's reset does.
+func (b *Breaker) Reset() {
+	now := b.cfg.Clock.Now()
+	b.mu.Lock()
+	cur := b.cur.Load()
+	b.cur.Store(b.newPhase(Closed, cur, now))
+	if cur.state != Closed {
+		b.events.push(Event{Breaker: b.name, Type: EventStateTransition, From: cur.state, To: Closed, At: now, FailureRate: -1, SlowCallRate: -1})
+	}
+	b.events.push(Event{Breaker: b.name, Type: EventReset, From: cur.state, To: Closed, At: now, FailureRate: -1, SlowCallRate: -1})
+	b.mu.Unlock()
+	b.drain()
+}
+
+// enableIfDisabled closes a DISABLED circuit and leaves any other alone: the
+// registry's kill switch undoes only what it did.
+func (b *Breaker) enableIfDisabled() {
+	if p := b.cur.Load(); p.state == Disabled {
+		b.transition(p, Closed, b.cfg.Clock.Now(), nil)
+	}
+}
 
 // Metrics is a snapshot of the circuit for dashboards.
 type Metrics struct {
@@ -387,30 +459,35 @@ func (b *Breaker) Metrics() Metrics {
 	now := b.cfg.Clock.Now()
 	p := b.settle(b.cur.Load(), now)
 	m := Metrics{State: p.state, FailureRate: -1, SlowCallRate: -1}
-	min := int64(b.cfg.MinimumNumberOfCalls)
 	switch {
 	case p.window != nil:
 		c := p.window.snapshot(b.second())
 		m.Calls, m.FailedCalls, m.SlowCalls = c.calls, c.failures, c.slow
+		r := b.rates(c)
+		m.FailureRate, m.SlowCallRate = r.Failure, r.SlowCall
 	case p.state == HalfOpen:
 		m.Calls, m.FailedCalls, m.SlowCalls = int64(p.done.Load()), int64(p.failures.Load()), int64(p.slow.Load())
-		min = int64(b.cfg.PermittedNumberOfCallsInHalfOpenState)
-	}
-	if m.Calls > 0 && m.Calls >= min {
-		m.FailureRate = float64(m.FailedCalls) * 100 / float64(m.Calls)
-		m.SlowCallRate = float64(m.SlowCalls) * 100 / float64(m.Calls)
+		if n := int64(b.cfg.PermittedNumberOfCallsInHalfOpenState); m.Calls > 0 && m.Calls >= n {
+			m.FailureRate = float64(m.FailedCalls) * 100 / float64(m.Calls)
+			m.SlowCallRate = float64(m.SlowCalls) * 100 / float64(m.Calls)
+		}
 	}
 	return m
 }
 
 // Execute runs fn if the circuit admits it and records its outcome. It
-// returns the OpenError without calling fn when the circuit rejects the call.
-// If the caller's ctx is canceled, context.Canceled is classified Ignore by
-// the default classifier. A panic in fn counts as a failure and is re-raised.
+// returns ctx's error, without taking a permit or calling fn, when ctx is
+// already done, and the OpenError without calling fn when the circuit
+// rejects the call. If the caller's ctx is canceled during the call,
+// context.Canceled is classified Ignore by the default classifier. A panic
+// in fn counts as a failure and is re-raised.
 func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
 	pm, err := b.Allow()
 	if err != nil {
-		var zero T
 		return zero, err
 	}
 	defer func() {
@@ -421,46 +498,4 @@ func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T
 	v, err := fn(ctx)
 	pm.DoneErr(err)
 	return v, err
-}
-
-// eventQueue delivers events in order, exactly once, outside the breaker's
-// state lock: whoever finds the queue idle delivers everything queued,
-// including events pushed by others meanwhile.
-type eventQueue struct {
-	mu         sync.Mutex
-	pending    []Event
-	delivering bool
-}
-
-func (q *eventQueue) push(e Event) {
-	q.mu.Lock()
-	q.pending = append(q.pending, e)
-	q.mu.Unlock()
-}
-
-func (q *eventQueue) drain(deliver func(Event)) {
-	q.mu.Lock()
-	if q.delivering {
-		q.mu.Unlock()
-		return
-	}
-	q.delivering = true
-	defer func() {
-		// Also on a listener's panic, so later events are still delivered.
-		q.delivering = false
-		q.mu.Unlock()
-	}()
-	for len(q.pending) > 0 {
-		e := q.pending[0]
-		q.pending = q.pending[1:]
-		q.mu.Unlock()
-		if deliver != nil {
-			func() {
-				defer q.mu.Lock()
-				deliver(e)
-			}()
-		} else {
-			q.mu.Lock()
-		}
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"time"
 )
 
@@ -11,10 +13,11 @@ import (
 type WindowType int
 
 const (
+	// CountBased keeps the last WindowSize outcomes. It is the default (the
+	// zero value), as in Resilience4j.
+	CountBased WindowType = iota
 	// TimeBased keeps the outcomes of the last WindowSize seconds.
-	TimeBased WindowType = iota
-	// CountBased keeps the last WindowSize outcomes.
-	CountBased
+	TimeBased
 )
 
 // String returns TIME_BASED or COUNT_BASED.
@@ -68,11 +71,13 @@ type Config struct {
 	// call. (Resilience4j's default is 60s.)
 	SlowCallDurationThreshold time.Duration
 	// MinimumNumberOfCalls is how many calls the window needs before a rate
-	// is computed. Default 100.
+	// is computed, in [1, 2^31-1]. Default 100. A COUNT_BASED window never
+	// holds more than WindowSize calls, so a larger minimum is lowered to it.
 	MinimumNumberOfCalls int
-	// WindowType is TimeBased (default, the zero value) or CountBased.
+	// WindowType is CountBased (default, the zero value) or TimeBased.
 	WindowType WindowType
-	// WindowSize is seconds for TimeBased, calls for CountBased. Default 100.
+	// WindowSize is seconds for TimeBased, calls for CountBased, in
+	// [1, 2^20]. Default 100.
 	WindowSize int
 	// WaitDurationInOpenState is how long the circuit stays open before
 	// allowing trial calls. Default 60s.
@@ -83,7 +88,7 @@ type Config struct {
 	// falls back to WaitDurationInOpenState.
 	WaitIntervalFunction func(attempt int) time.Duration
 	// PermittedNumberOfCallsInHalfOpenState is how many trial calls
-	// HALF_OPEN admits. Default 10.
+	// HALF_OPEN admits, in [1, 2^31-1]. Default 10.
 	PermittedNumberOfCallsInHalfOpenState int
 	// MaxWaitDurationInHalfOpenState, if positive, opens the circuit again
 	// when HALF_OPEN has not decided within it (for example because a permit
@@ -99,10 +104,13 @@ type Config struct {
 	Classifier func(err error) Outcome
 	// Clock supplies time. Default: the system clock.
 	Clock Clock
-	// OnEvent, if set, receives every state transition exactly once, in
-	// order, and in METRICS_ONLY every threshold crossing; always outside
-	// the breaker's locks, so it may call back into the breaker.
+	// OnEvent, if set, is subscribed at construction (see
+	// Breaker.Subscribe): it receives every event exactly once, in order,
+	// outside the breaker's locks, so it may call back into the breaker.
 	OnEvent func(Event)
+	// Logger receives what the breaker cannot return to a caller: a panic
+	// in an event consumer. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Clock supplies the current time; inject one in tests.
@@ -125,7 +133,7 @@ func DefaultClassifier(err error) Outcome {
 	return Failure
 }
 
-// Defaults.
+// Defaults: Resilience4j's, except SlowCallDurationThreshold (see Config).
 const (
 	DefaultFailureRateThreshold     = 50
 	DefaultSlowCallRateThreshold    = 100
@@ -133,7 +141,13 @@ const (
 	DefaultWindowSize               = 100
 	DefaultWaitDurationInOpenState  = 60 * time.Second
 	DefaultPermittedCallsInHalfOpen = 10
-	maxWindowSize                   = 1 << 20
+)
+
+// Bounds of the integer fields: what the implementation can hold (trial
+// permits are counted in 32 bits; a window's memory grows with its size).
+const (
+	maxWindowSize = 1 << 20
+	maxCount      = math.MaxInt32
 )
 
 // ConfigError names the field that made a Config invalid.
@@ -149,50 +163,79 @@ func (e *ConfigError) Error() string {
 
 // withDefaults validates c and returns it with defaults applied.
 func (c Config) withDefaults() (Config, error) {
-	bad := func(field string, v any, reason string) (Config, error) {
-		return c, &ConfigError{Field: field, Value: v, Reason: reason}
+	if err := c.validate(); err != nil {
+		return c, err
 	}
+	def := func(dst *int, v int) {
+		if *dst == 0 {
+			*dst = v
+		}
+	}
+	if c.FailureRateThreshold == 0 {
+		c.FailureRateThreshold = DefaultFailureRateThreshold
+	}
+	if c.SlowCallRateThreshold == 0 {
+		c.SlowCallRateThreshold = DefaultSlowCallRateThreshold
+	}
+	def(&c.MinimumNumberOfCalls, DefaultMinimumNumberOfCalls)
+	def(&c.WindowSize, DefaultWindowSize)
+	def(&c.PermittedNumberOfCallsInHalfOpenState, DefaultPermittedCallsInHalfOpen)
+	if c.WaitDurationInOpenState == 0 {
+		c.WaitDurationInOpenState = DefaultWaitDurationInOpenState
+	}
+	if c.Classifier == nil {
+		c.Classifier = DefaultClassifier
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.WindowType == CountBased && c.MinimumNumberOfCalls > c.WindowSize {
+		// A count window never holds more than its size.
+		c.MinimumNumberOfCalls = c.WindowSize
+	}
+	return c, nil
+}
+
+// validate checks every field against the range it may take; zero is
+// always allowed (it means the default).
+func (c Config) validate() error {
 	rate := func(field string, v float64) error {
 		if v != v || v < 0 || v > 100 { // v != v: NaN
 			return &ConfigError{Field: field, Value: v, Reason: "must be in (0, 100]"}
 		}
 		return nil
 	}
-	if err := rate("failureRateThreshold", c.FailureRateThreshold); err != nil {
-		return c, err
+	count := func(field string, v, hi int) error {
+		if v < 0 || v > hi {
+			return &ConfigError{Field: field, Value: v, Reason: fmt.Sprintf("must be in [1, %d]", hi)}
+		}
+		return nil
 	}
-	if err := rate("slowCallRateThreshold", c.SlowCallRateThreshold); err != nil {
-		return c, err
+	duration := func(field string, d time.Duration) error {
+		if d < 0 {
+			return &ConfigError{Field: field, Value: d, Reason: "must not be negative"}
+		}
+		return nil
 	}
-	switch {
-	case c.SlowCallDurationThreshold < 0:
-		return bad("slowCallDurationThreshold", c.SlowCallDurationThreshold, "must not be negative")
-	case c.MinimumNumberOfCalls < 0:
-		return bad("minimumNumberOfCalls", c.MinimumNumberOfCalls, "must not be negative")
-	case c.WindowType != TimeBased && c.WindowType != CountBased:
-		return bad("slidingWindowType", c.WindowType, "must be TIME_BASED or COUNT_BASED")
-	case c.WindowSize < 0 || c.WindowSize > maxWindowSize:
-		return bad("slidingWindowSize", c.WindowSize, fmt.Sprintf("must be in [1, %d]", maxWindowSize))
-	case c.WaitDurationInOpenState < 0:
-		return bad("waitDurationInOpenState", c.WaitDurationInOpenState, "must not be negative")
-	case c.PermittedNumberOfCallsInHalfOpenState < 0:
-		return bad("permittedNumberOfCallsInHalfOpenState", c.PermittedNumberOfCallsInHalfOpenState, "must be at least 1")
-	case c.MaxWaitDurationInHalfOpenState < 0:
-		return bad("maxWaitDurationInHalfOpenState", c.MaxWaitDurationInHalfOpenState, "must not be negative")
+	for _, err := range []error{
+		rate("failureRateThreshold", c.FailureRateThreshold),
+		rate("slowCallRateThreshold", c.SlowCallRateThreshold),
+		duration("slowCallDurationThreshold", c.SlowCallDurationThreshold),
+		count("minimumNumberOfCalls", c.MinimumNumberOfCalls, maxCount),
+		count("slidingWindowSize", c.WindowSize, maxWindowSize),
+		duration("waitDurationInOpenState", c.WaitDurationInOpenState),
+		count("permittedNumberOfCallsInHalfOpenState", c.PermittedNumberOfCallsInHalfOpenState, maxCount),
+		duration("maxWaitDurationInHalfOpenState", c.MaxWaitDurationInHalfOpenState),
+	} {
+		if err != nil {
+			return err
+		}
 	}
-	c = merge(Config{
-		FailureRateThreshold:                  DefaultFailureRateThreshold,
-		SlowCallRateThreshold:                 DefaultSlowCallRateThreshold,
-		MinimumNumberOfCalls:                  DefaultMinimumNumberOfCalls,
-		WindowSize:                            DefaultWindowSize,
-		WaitDurationInOpenState:               DefaultWaitDurationInOpenState,
-		PermittedNumberOfCallsInHalfOpenState: DefaultPermittedCallsInHalfOpen,
-		Classifier:                            DefaultClassifier,
-		Clock:                                 systemClock{},
-	}, c)
-	if c.WindowType == CountBased && c.MinimumNumberOfCalls > c.WindowSize {
-		// A count window never holds more than its size.
-		c.MinimumNumberOfCalls = c.WindowSize
+	if c.WindowType != TimeBased && c.WindowType != CountBased {
+		return &ConfigError{Field: "slidingWindowType", Value: c.WindowType, Reason: "must be TIME_BASED or COUNT_BASED"}
 	}
-	return c, nil
+	return nil
 }

@@ -59,7 +59,7 @@ func ExampleBreaker_Allow() {
 func ExampleRegistry() {
 	r, err := breaker.NewRegistry(
 		breaker.Config{WindowSize: 30, MinimumNumberOfCalls: 10, WaitDurationInOpenState: 15 * time.Second, PermittedNumberOfCallsInHalfOpenState: 3},
-		map[string]breaker.Config{"mail-send": {FailureRateThreshold: 80}},
+		map[string]breaker.Override{"mail-send": func(c *breaker.Config) { c.FailureRateThreshold = 80 }},
 	)
 	if err != nil {
 		panic(err)

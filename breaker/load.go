@@ -26,7 +26,9 @@ type Settings struct {
 }
 
 // File is a registry's configuration: the kill switch, shared defaults and
-// per-circuit overrides. YAML works through any YAML-to-JSON converter.
+// per-circuit overrides, in JSON. (The package reads JSON and environment
+// variables only, to stay free of dependencies; for YAML, convert it first,
+// for example with sigs.k8s.io/yaml's YAMLToJSON.)
 type File struct {
 	// Enabled false disables every circuit (CIRCUITBREAKER_ENABLED=false).
 	Enabled  *bool               `json:"enabled,omitempty"`
@@ -48,24 +50,30 @@ func ParseFile(data []byte) (File, error) {
 	return f, nil
 }
 
-// Registry builds a registry from f, validating every field.
+// Registry builds a registry from f, validating every field. Each circuit's
+// settings apply over the defaults, so a setting that is present wins even
+// when it is a zero value (COUNT_BASED, false).
 func (f File) Registry() (*Registry, error) {
 	defaults, err := f.Defaults.apply(Config{}, "defaults.")
 	if err != nil {
 		return nil, err
 	}
-	overrides := map[string]Config{}
+	if _, err := defaults.withDefaults(); err != nil {
+		return nil, qualify(err, "defaults.")
+	}
+	configs := map[string]Config{}
 	for name, s := range f.Circuits {
-		c, err := s.apply(Config{}, "circuits."+name+".")
+		prefix := "circuits." + name + "."
+		c, err := s.apply(defaults, prefix)
 		if err != nil {
 			return nil, err
 		}
-		overrides[name] = c
+		if _, err := c.withDefaults(); err != nil {
+			return nil, qualify(err, prefix)
+		}
+		configs[name] = c
 	}
-	r, err := NewRegistry(defaults, overrides)
-	if err != nil {
-		return nil, err
-	}
+	r := newRegistry(defaults, configs)
 	if f.Enabled != nil && !*f.Enabled {
 		r.SetEnabled(false)
 	}
@@ -87,12 +95,12 @@ func (s Settings) apply(c Config, prefix string) (Config, error) {
 		*dst = *p
 		return nil
 	}
-	positive := func(field string, p *int, dst *int) error {
+	positive := func(field string, p *int, dst *int, hi int) error {
 		if p == nil {
 			return nil
 		}
-		if *p < 1 {
-			return bad(field, *p, "must be at least 1")
+		if *p < 1 || *p > hi {
+			return bad(field, *p, fmt.Sprintf("must be in [1, %d]", hi))
 		}
 		*dst = *p
 		return nil
@@ -115,10 +123,10 @@ func (s Settings) apply(c Config, prefix string) (Config, error) {
 		rate("failureRateThreshold", s.FailureRateThreshold, &c.FailureRateThreshold),
 		rate("slowCallRateThreshold", s.SlowCallRateThreshold, &c.SlowCallRateThreshold),
 		duration("slowCallDurationThreshold", s.SlowCallDurationThreshold, &c.SlowCallDurationThreshold, false),
-		positive("minimumNumberOfCalls", s.MinimumNumberOfCalls, &c.MinimumNumberOfCalls),
-		positive("slidingWindowSize", s.SlidingWindowSize, &c.WindowSize),
+		positive("minimumNumberOfCalls", s.MinimumNumberOfCalls, &c.MinimumNumberOfCalls, maxCount),
+		positive("slidingWindowSize", s.SlidingWindowSize, &c.WindowSize, maxWindowSize),
 		duration("waitDurationInOpenState", s.WaitDurationInOpenState, &c.WaitDurationInOpenState, false),
-		positive("permittedNumberOfCallsInHalfOpenState", s.PermittedNumberOfCallsInHalfOpenState, &c.PermittedNumberOfCallsInHalfOpenState),
+		positive("permittedNumberOfCallsInHalfOpenState", s.PermittedNumberOfCallsInHalfOpenState, &c.PermittedNumberOfCallsInHalfOpenState, maxCount),
 		duration("maxWaitDurationInHalfOpenState", s.MaxWaitDurationInHalfOpenState, &c.MaxWaitDurationInHalfOpenState, true),
 	} {
 		if err != nil {
@@ -137,9 +145,6 @@ func (s Settings) apply(c Config, prefix string) (Config, error) {
 	}
 	if s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil {
 		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
-	}
-	if c.WindowSize > maxWindowSize {
-		return c, bad("slidingWindowSize", c.WindowSize, fmt.Sprintf("must be at most %d", maxWindowSize))
 	}
 	return c, nil
 }

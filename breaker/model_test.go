@@ -221,6 +221,12 @@ func runModel(seed uint64, wt breaker.WindowType) error {
 		if got, want := b.State(), m.stateAt(clk.Now()); got != want {
 			return fmt.Errorf("step %d after %q: state %s, model %s\nlast ops: %v", step, op, got, want, trace)
 		}
+		if s := m.stateAt(clk.Now()); s == breaker.Closed || s == breaker.MetricsOnly {
+			calls, failures := m.window(clk.Now())
+			if got := b.Metrics(); got.Calls != int64(calls) || got.FailedCalls != int64(failures) {
+				return fmt.Errorf("step %d after %q: window %d calls / %d failed, model %d / %d\nlast ops: %v", step, op, got.Calls, got.FailedCalls, calls, failures, trace)
+			}
+		}
 	}
 	return nil
 }

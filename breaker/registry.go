@@ -1,41 +1,66 @@
 package breaker
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 )
 
+// Override changes one circuit's copy of a registry's defaults. It is a
+// function rather than a partial Config so that setting a field to its zero
+// value (CountBased, false, 0) is an override like any other, as
+// Resilience4j's CircuitBreakerConfig.from(defaults) builder allows.
+type Override func(*Config)
+
 // Registry holds one named breaker per call site (account-access,
 // account-read, notification, mail-send, ...), created on first use from
-// shared defaults and per-name overrides.
+// shared defaults and per-name overrides, with a global kill switch.
 type Registry struct {
-	mu        sync.RWMutex
-	defaults  Config
-	overrides map[string]Config
-	breakers  map[string]*Breaker
-	disabled  bool
+	mu       sync.RWMutex
+	defaults Config
+	configs  map[string]Config // defaults with each override applied
+	breakers map[string]*Breaker
+	disabled bool
+
+	switching sync.Mutex // serialises SetEnabled
 }
 
-// NewRegistry validates defaults and every override (merged over the
-// defaults) up front, so Get never fails. A zero field in an override
-// inherits the default.
-func NewRegistry(defaults Config, overrides map[string]Config) (*Registry, error) {
+// NewRegistry validates defaults and every override (applied to a copy of
+// the defaults) up front, so Get never fails. An error names the circuit and
+// the field.
+func NewRegistry(defaults Config, overrides map[string]Override) (*Registry, error) {
 	if _, err := defaults.withDefaults(); err != nil {
 		return nil, err
 	}
-	r := &Registry{defaults: defaults, overrides: map[string]Config{}, breakers: map[string]*Breaker{}}
+	configs := make(map[string]Config, len(overrides))
 	for name, o := range overrides {
-		merged := merge(defaults, o)
-		if _, err := merged.withDefaults(); err != nil {
-			if ce, ok := err.(*ConfigError); ok {
-				ce.Field = name + "." + ce.Field
-			}
-			return nil, err
+		c := defaults
+		if o != nil {
+			o(&c)
 		}
-		r.overrides[name] = merged
+		if _, err := c.withDefaults(); err != nil {
+			return nil, qualify(err, name+".")
+		}
+		configs[name] = c
 	}
-	return r, nil
+	return newRegistry(defaults, configs), nil
+}
+
+func newRegistry(defaults Config, configs map[string]Config) *Registry {
+	return &Registry{defaults: defaults, configs: configs, breakers: map[string]*Breaker{}}
+}
+
+// qualify prefixes the field a *ConfigError names.
+func qualify(err error, prefix string) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		q := *ce
+		q.Field = prefix + ce.Field
+		return &q
+	}
+	return fmt.Errorf("%s%w", prefix, err)
 }
 
 // Get returns the named breaker, creating it on first use. While the
@@ -52,7 +77,7 @@ func (r *Registry) Get(name string) *Breaker {
 	if b, ok := r.breakers[name]; ok {
 		return b
 	}
-	cfg, ok := r.overrides[name]
+	cfg, ok := r.configs[name]
 	if !ok {
 		cfg = r.defaults
 	}
@@ -79,12 +104,25 @@ func (r *Registry) All() []*Breaker {
 	return out
 }
 
-// SetEnabled is the global kill switch (CIRCUITBREAKER_ENABLED=false):
-// disabled, every breaker is DISABLED, admitting all calls and recording
-// nothing; enabled again, every breaker is reset to CLOSED.
+// SetEnabled is the global kill switch (CIRCUITBREAKER_ENABLED=false).
+// Disabling moves every breaker to DISABLED: it admits all calls and records
+// nothing. Enabling moves the DISABLED ones to CLOSED and leaves the others
+// (say, one forced open while the switch was off) alone. Setting the value
+// the registry already has does nothing, so a configuration reload never
+// closes an OPEN circuit. Calls are serialised: when one returns, every
+// breaker agrees with Enabled. Do not call it from an event consumer of one
+// of the registry's breakers.
 func (r *Registry) SetEnabled(enabled bool) {
+	r.switching.Lock()
+	defer r.switching.Unlock()
 	r.mu.Lock()
+	if r.disabled == !enabled {
+		r.mu.Unlock()
+		return
+	}
 	r.disabled = !enabled
+	// Breakers created from now on see the new value in Get; those created
+	// before are all in this list.
 	all := make([]*Breaker, 0, len(r.breakers))
 	for _, b := range r.breakers {
 		all = append(all, b)
@@ -92,7 +130,7 @@ func (r *Registry) SetEnabled(enabled bool) {
 	r.mu.Unlock()
 	for _, b := range all {
 		if enabled {
-			b.Reset()
+			b.enableIfDisabled()
 		} else {
 			b.Disable()
 		}
@@ -104,37 +142,4 @@ func (r *Registry) Enabled() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return !r.disabled
-}
-
-// merge returns base with every non-zero field of o applied.
-func merge(base, o Config) Config {
-	override(&base.FailureRateThreshold, o.FailureRateThreshold)
-	override(&base.SlowCallRateThreshold, o.SlowCallRateThreshold)
-	override(&base.SlowCallDurationThreshold, o.SlowCallDurationThreshold)
-	override(&base.MinimumNumberOfCalls, o.MinimumNumberOfCalls)
-	override(&base.WindowType, o.WindowType)
-	override(&base.WindowSize, o.WindowSize)
-	override(&base.WaitDurationInOpenState, o.WaitDurationInOpenState)
-	override(&base.PermittedNumberOfCallsInHalfOpenState, o.PermittedNumberOfCallsInHalfOpenState)
-	override(&base.MaxWaitDurationInHalfOpenState, o.MaxWaitDurationInHalfOpenState)
-	override(&base.AutomaticTransitionFromOpenToHalfOpen, o.AutomaticTransitionFromOpenToHalfOpen)
-	override(&base.Clock, o.Clock)
-	if o.WaitIntervalFunction != nil {
-		base.WaitIntervalFunction = o.WaitIntervalFunction
-	}
-	if o.Classifier != nil {
-		base.Classifier = o.Classifier
-	}
-	if o.OnEvent != nil {
-		base.OnEvent = o.OnEvent
-	}
-	return base
-}
-
-// override sets *dst to v unless v is the zero value ("inherit").
-func override[T comparable](dst *T, v T) {
-	var zero T
-	if v != zero {
-		*dst = v
-	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
@@ -15,7 +13,7 @@ func TestRegistryDefaultsOverridesAndKillSwitch(t *testing.T) {
 	clk := newClock()
 	r, err := breaker.NewRegistry(
 		breaker.Config{WindowSize: 30, MinimumNumberOfCalls: 10, WaitDurationInOpenState: 15 * time.Second, PermittedNumberOfCallsInHalfOpenState: 3, Clock: clk},
-		map[string]breaker.Config{"mail-send": {FailureRateThreshold: 80}},
+		map[string]breaker.Override{"mail-send": func(c *breaker.Config) { c.FailureRateThreshold = 80 }},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -49,32 +47,27 @@ func TestRegistryDefaultsOverridesAndKillSwitch(t *testing.T) {
 	if got := strings.Join(names, ","); got != "account-access,account-read,mail-send,notification" {
 		t.Fatalf("All() = %s", got)
 	}
-	if _, err := breaker.NewRegistry(breaker.Config{}, map[string]breaker.Config{"bad": {FailureRateThreshold: 101}}); err == nil || !strings.Contains(err.Error(), "bad.failureRateThreshold") {
+	if _, err := breaker.NewRegistry(breaker.Config{}, map[string]breaker.Override{"bad": func(c *breaker.Config) { c.FailureRateThreshold = 101 }}); err == nil || !strings.Contains(err.Error(), "bad.failureRateThreshold") {
 		t.Fatalf("invalid override: %v", err)
 	}
 }
 
-const seedYAML = `
-enabled: true
-defaults:
-  slidingWindowType: TIME_BASED
-  slidingWindowSize: 30
-  minimumNumberOfCalls: 10
-  failureRateThreshold: 50
-  waitDurationInOpenState: 15s
-  permittedNumberOfCallsInHalfOpenState: 3
-  maxWaitDurationInHalfOpenState: 60s
-circuits:
-  mail-send:
-    failureRateThreshold: 80
-`
+const seedJSON = `{
+  "enabled": true,
+  "defaults": {
+    "slidingWindowType": "TIME_BASED",
+    "slidingWindowSize": 30,
+    "minimumNumberOfCalls": 10,
+    "failureRateThreshold": 50,
+    "waitDurationInOpenState": "15s",
+    "permittedNumberOfCallsInHalfOpenState": 3,
+    "maxWaitDurationInHalfOpenState": "60s"
+  },
+  "circuits": {"mail-send": {"failureRateThreshold": 80}}
+}`
 
-func TestLoadYAMLAndEnv(t *testing.T) {
-	js, err := yaml.YAMLToJSON([]byte(seedYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := breaker.ParseFile(js)
+func TestLoadJSONAndEnv(t *testing.T) {
+	f, err := breaker.ParseFile([]byte(seedJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +80,7 @@ func TestLoadYAMLAndEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := r.Get("account-access").Config()
-	if c.WindowSize != 60 || c.MinimumNumberOfCalls != 10 || c.WaitDurationInOpenState != 15*time.Second || c.MaxWaitDurationInHalfOpenState != time.Minute {
+	if c.WindowType != breaker.TimeBased || c.WindowSize != 60 || c.MinimumNumberOfCalls != 10 || c.WaitDurationInOpenState != 15*time.Second || c.MaxWaitDurationInHalfOpenState != time.Minute {
 		t.Fatalf("loaded config %+v", c)
 	}
 	if r.Enabled() || r.Get("account-access").State() != breaker.Disabled {

@@ -51,20 +51,42 @@ type EventType int
 const (
 	// EventStateTransition: From → To.
 	EventStateTransition EventType = iota
-	// EventFailureRateExceeded: in METRICS_ONLY, the failure rate reached the threshold.
+	// EventFailureRateExceeded: the failure rate reached the threshold. In
+	// CLOSED it precedes the transition to OPEN that it causes; in
+	// METRICS_ONLY it is published once each time the rate crosses the
+	// threshold from below. From and To are the state it happened in.
 	EventFailureRateExceeded
-	// EventSlowCallRateExceeded: in METRICS_ONLY, the slow-call rate reached the threshold.
+	// EventSlowCallRateExceeded: the slow-call rate reached the threshold.
 	EventSlowCallRateExceeded
+	// EventReset: Reset was called.
+	EventReset
 )
 
-// Event is delivered to Config.OnEvent.
+// String returns Resilience4j's name for the event type.
+func (t EventType) String() string {
+	switch t {
+	case EventStateTransition:
+		return "STATE_TRANSITION"
+	case EventFailureRateExceeded:
+		return "FAILURE_RATE_EXCEEDED"
+	case EventSlowCallRateExceeded:
+		return "SLOW_CALL_RATE_EXCEEDED"
+	case EventReset:
+		return "RESET"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is delivered to Config.OnEvent and to every Subscribe consumer.
 type Event struct {
 	Breaker  string
 	Type     EventType
 	From, To State
 	At       time.Time
-	// FailureRate and SlowCallRate are the window's rates, in percent, when
-	// they caused the event; -1 otherwise.
+	// FailureRate and SlowCallRate are the rates, in percent, that caused
+	// the event: the window's for a rate-exceeded event and for CLOSED→OPEN,
+	// the trial calls' for a transition out of HALF_OPEN. -1 when not
+	// measured (below the minimum number of calls, manual transitions).
 	FailureRate, SlowCallRate float64
 }
 
@@ -75,6 +97,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s: failure rate %.1f%% exceeded the threshold", e.Breaker, e.FailureRate)
 	case EventSlowCallRateExceeded:
 		return fmt.Sprintf("%s: slow-call rate %.1f%% exceeded the threshold", e.Breaker, e.SlowCallRate)
+	case EventReset:
+		return fmt.Sprintf("%s: reset", e.Breaker)
 	}
 	return fmt.Sprintf("%s: %s -> %s", e.Breaker, e.From, e.To)
 }

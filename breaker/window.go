@@ -1,22 +1,25 @@
 package breaker
 
 import (
-	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
-// counts is a window's aggregate.
+// counts is what a window holds when a decision is made. Failures are
+// counted among Calls; Slow among SlowCalls, which counts the same calls
+// but is kept in a second word (see timeWindow), so the two may differ by
+// the calls in flight between the two words.
 type counts struct {
-	calls, failures, slow int64
+	calls, failures int64
+	slowCalls, slow int64
 }
 
-// window is a sliding window of outcomes.
-// Both take the current Unix second; count windows ignore it.
+// window is a sliding window of outcomes. record adds one outcome and
+// returns the window's counts including it and every outcome recorded
+// before it; snapshot returns the counts without recording. Both take the
+// current Unix second; count windows ignore it.
 type window interface {
-	record(sec int64, failure, slow bool)
+	record(sec int64, failure, slow bool) counts
 	snapshot(sec int64) counts
 }
 
@@ -24,7 +27,7 @@ func newWindow(c Config) window {
 	if c.WindowType == CountBased {
 		return &countWindow{ring: make([]uint8, c.WindowSize)}
 	}
-	return newTimeWindow(c.WindowSize)
+	return newTimeWindow(int64(c.WindowSize), c.SlowCallDurationThreshold > 0)
 }
 
 const (
@@ -33,8 +36,10 @@ const (
 	outcomePresent
 )
 
-// countWindow keeps the last len(ring) outcomes. Its running totals change
-// together, so it takes a mutex; the lock-free path is the time window's.
+// countWindow keeps the last len(ring) outcomes and their running totals
+// under one mutex, as Resilience4j's fixed-size window does: each record
+// returns totals that include every earlier record, so the check that
+// follows it is linearizable, and it costs the same for any window size.
 type countWindow struct {
 	mu   sync.Mutex
 	ring []uint8
@@ -42,7 +47,7 @@ type countWindow struct {
 	tot  counts
 }
 
-func (w *countWindow) record(_ int64, failure, slow bool) {
+func (w *countWindow) record(_ int64, failure, slow bool) counts {
 	o := outcomePresent
 	if failure {
 		o |= outcomeFailure
@@ -54,8 +59,12 @@ func (w *countWindow) record(_ int64, failure, slow bool) {
 	w.tot.add(w.ring[w.pos], -1)
 	w.ring[w.pos] = o
 	w.tot.add(o, 1)
-	w.pos = (w.pos + 1) % len(w.ring)
+	if w.pos++; w.pos == len(w.ring) {
+		w.pos = 0
+	}
+	c := w.tot
 	w.mu.Unlock()
+	return c
 }
 
 func (c *counts) add(o uint8, d int64) {
@@ -63,6 +72,7 @@ func (c *counts) add(o uint8, d int64) {
 		return
 	}
 	c.calls += d
+	c.slowCalls += d
 	if o&outcomeFailure != 0 {
 		c.failures += d
 	}
@@ -77,105 +87,148 @@ func (w *countWindow) snapshot(int64) counts {
 	return w.tot
 }
 
-// timeWindow keeps per-second buckets for the last size seconds. Writers
-// pick a stripe at random, so concurrent calls rarely share a cache line;
-// readers merge every stripe. A bucket belongs to one epoch second and is
-// reset, under its stripe's mutex, when that slot is reused; buckets outside
-// the window are skipped on read, so a quiet period expires them without any
-// call arriving.
+// A tally packs two cumulative counters into one word so that a single
+// atomic add counts a call and, with it, whether it failed (or was slow):
+// calls in the high 32 bits, the kind in the low 31. Bit 31 takes the low
+// counter's carry when it wraps, and is cleared by whoever sees it, so a
+// wrap never leaks into the calls. Differences are taken modulo each field,
+// so a window is exact while it holds fewer than 2^31 calls.
+const (
+	tallyCall  = 1 << 32
+	tallyKind  = 1<<31 - 1
+	tallyCarry = 1 << 31
+)
+
+// tallyDiff is the calls and kind counted between two readings of a tally.
+func tallyDiff(now, then uint64) (calls, kind int64) {
+	calls = int64(uint32(now>>32 - then>>32))
+	kind = int64((now&tallyKind - then&tallyKind) & tallyKind)
+	return calls, kind
+}
+
+// timeWindow counts the outcomes of the last size seconds.
+//
+// Each outcome is one atomic add to a cumulative tally; the counts of the
+// window are the tally now minus its reading at the start of the oldest
+// second in the window (the base). Both readings are of the same word, so
+// every failure in a difference has its call in it too, and the add's own
+// result includes every earlier add: a decision never sees torn counts and
+// the call that crosses a threshold always sees the crossing. Readings are
+// taken lazily, by the first call of each second, and kept only for seconds
+// that had calls: memory is bounded by the window's active seconds and no
+// call ever walks the window.
 type timeWindow struct {
-	size    int64 // seconds in the window
-	slots   int64 // buckets per stripe: size rounded up to a power of two
-	mask    uintptr
-	stripes []stripe
+	size      int64
+	trackSlow bool
+
+	fail, slow         atomic.Uint64 // tallies: calls|failures, calls|slow calls
+	baseFail, baseSlow atomic.Uint64 // their readings at the window's start
+	head               atomic.Int64  // the newest second with a reading
+
+	mu       sync.Mutex // serialises rolls
+	marks    []mark     // ring of readings, oldest at first
+	first, n int
 }
 
-type stripe struct {
-	mu      sync.Mutex // taken only to reset a bucket for a new second
-	buckets []bucket
-	_       [40]byte // keep neighbouring stripes' headers off one cache line
+// mark is the tallies' reading at the start of second sec.
+type mark struct {
+	sec        int64
+	fail, slow uint64
 }
 
-// bucket is padded to a cache line.
-type bucket struct {
-	epoch                 atomic.Int64
-	calls, failures, slow atomic.Int64
-	_                     [32]byte
-}
-
-// maxBuckets bounds a window's memory (stripes × seconds × 64 bytes).
-const maxBuckets = 1 << 16
-
-func newTimeWindow(seconds int) *timeWindow {
-	// Four stripes per P, so that goroutines running at once rarely share
-	// one (stripes are picked by stack address, not by P).
-	n := 4 << bits.Len(uint(runtime.GOMAXPROCS(0)-1))
-	n = min(n, 64)
-	for n > 1 && n*seconds > maxBuckets/2 {
-		n /= 2
-	}
-	slots := 1 << bits.Len(uint(seconds-1))
-	w := &timeWindow{size: int64(seconds), slots: int64(slots), mask: uintptr(n - 1), stripes: make([]stripe, n)}
-	for i := range w.stripes {
-		w.stripes[i].buckets = make([]bucket, slots)
-		for j := range w.stripes[i].buckets {
-			w.stripes[i].buckets[j].epoch.Store(-1 << 62)
-		}
-	}
+func newTimeWindow(seconds int64, trackSlow bool) *timeWindow {
+	w := &timeWindow{size: seconds, trackSlow: trackSlow, marks: make([]mark, min(seconds, 8))}
+	w.head.Store(minSecond)
 	return w
 }
 
-func (w *timeWindow) record(sec int64, failure, slow bool) {
-	s := &w.stripes[stripeHint()&w.mask]
-	b := &s.buckets[sec&(w.slots-1)]
-	if b.epoch.Load() != sec {
-		s.roll(b, sec)
-	}
-	b.calls.Add(1)
-	if failure {
-		b.failures.Add(1)
-	}
-	if slow {
-		b.slow.Add(1)
-	}
-}
+// minSecond is before any second a clock reports.
+const minSecond = -1 << 62
 
-// roll resets b for second sec unless another writer already did.
-func (s *stripe) roll(b *bucket, sec int64) {
-	s.mu.Lock()
-	if e := b.epoch.Load(); e < sec {
-		b.calls.Store(0)
-		b.failures.Store(0)
-		b.slow.Store(0)
-		b.epoch.Store(sec)
+func (w *timeWindow) record(sec int64, failure, slow bool) counts {
+	if sec > w.head.Load() {
+		w.roll(sec)
 	}
-	s.mu.Unlock()
-}
-
-func (w *timeWindow) snapshot(sec int64) counts {
 	var c counts
-	for i := range w.stripes {
-		for j := range w.stripes[i].buckets {
-			b := &w.stripes[i].buckets[j]
-			if e := b.epoch.Load(); e > sec-w.size && e <= sec {
-				c.calls += b.calls.Load()
-				c.failures += b.failures.Load()
-				c.slow += b.slow.Load()
-			}
+	// The base is read before the add, so it is an earlier reading of the
+	// same tally: the difference can only count too much of the oldest
+	// second (by the time a roll takes), never go negative.
+	base := w.baseFail.Load()
+	d := uint64(tallyCall)
+	if failure {
+		d++
+	}
+	c.calls, c.failures = tallyDiff(add(&w.fail, d), base)
+	if w.trackSlow {
+		base := w.baseSlow.Load()
+		d := uint64(tallyCall)
+		if slow {
+			d++
 		}
+		c.slowCalls, c.slow = tallyDiff(add(&w.slow, d), base)
+	} else {
+		c.slowCalls = c.calls
 	}
 	return c
 }
 
-// stripeHint spreads goroutines over stripes by the address of their stack:
-// distinct for goroutines running at once, stable within one, and nearly
-// free, unlike a random number. Stacks are at least 2 KiB apart, hence the
-// shift; murmur3's finaliser mixes the few bits that differ into all of them.
-func stripeHint() uintptr {
-	var marker byte
-	h := uint64(uintptr(unsafe.Pointer(&marker)) >> 11)
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	return uintptr(h)
+// add adds d to a tally and clears the carry bit it may have set.
+func add(t *atomic.Uint64, d uint64) uint64 {
+	v := t.Add(d)
+	if v&tallyCarry != 0 {
+		t.And(^uint64(tallyCarry))
+	}
+	return v
+}
+
+func (w *timeWindow) snapshot(sec int64) counts {
+	if sec > w.head.Load() {
+		w.roll(sec)
+	}
+	var c counts
+	base := w.baseFail.Load()
+	c.calls, c.failures = tallyDiff(w.fail.Load(), base)
+	if w.trackSlow {
+		base := w.baseSlow.Load()
+		c.slowCalls, c.slow = tallyDiff(w.slow.Load(), base)
+	} else {
+		c.slowCalls = c.calls
+	}
+	return c
+}
+
+// roll starts second sec: it takes the tallies' reading, drops the readings
+// that left the window, and publishes the oldest one left as the base. The
+// oldest reading kept is for the first second with calls inside the window;
+// no call came between the window's start and that second, so its reading
+// is the window's start.
+func (w *timeWindow) roll(sec int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sec <= w.head.Load() {
+		return
+	}
+	w.push(mark{sec: sec, fail: w.fail.Load(), slow: w.slow.Load()})
+	for w.marks[w.first].sec <= sec-w.size {
+		w.first = (w.first + 1) % len(w.marks)
+		w.n--
+	}
+	oldest := w.marks[w.first]
+	w.baseFail.Store(oldest.fail)
+	w.baseSlow.Store(oldest.slow)
+	w.head.Store(sec)
+}
+
+// push appends m, growing the ring when full (at most to the window's size,
+// since older readings are dropped on every roll).
+func (w *timeWindow) push(m mark) {
+	if w.n == len(w.marks) {
+		grown := make([]mark, 2*len(w.marks))
+		for i := range w.n {
+			grown[i] = w.marks[(w.first+i)%len(w.marks)]
+		}
+		w.marks, w.first = grown, 0
+	}
+	w.marks[(w.first+w.n)%len(w.marks)] = m
+	w.n++
 }
