@@ -11,7 +11,7 @@ LIB_MODULES          := breaker
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
-.PHONY: all tools test lint generate demo run bench
+.PHONY: all tools test lint generate verify build demo run bench
 
 all: lint test
 
@@ -38,16 +38,37 @@ bench:
 	cd bench && go test -run '^$$' -bench Mixed -benchmem -cpu 16 -count 6 -benchtime 500ms
 	cd breaker && go test -run '^$$' -bench 'FailureCost|Memory' -benchmem -cpu 1,2 -count 3 -benchtime 500ms
 
-## generate: deepcopy, CRD and RBAC manifests from the API types and kubebuilder markers
+## generate: deepcopy, CRD and RBAC from the API types and markers; the chart's copies of them
 generate:
+	@mkdir -p charts/tripswitch/crds charts/tripswitch/files
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=tripswitch paths=./cmd/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=tripswitch-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	cp config/crd/bases/*.yaml charts/tripswitch/crds/
+	cp config/rbac/role.yaml charts/tripswitch/files/manager-role.yaml
+	cp config/admission-guard/guard.yaml charts/tripswitch/files/admission-guard.yaml
+	cp config/prometheus/rules.yaml charts/tripswitch/files/prometheus-rules.yaml
+	cp config/prometheus/dashboard.json charts/tripswitch/files/dashboard.json
+
+## verify: fail if `make generate` changes anything (compares the tree before and after)
+verify:
+	@before=$$(git status --porcelain -- api config charts; git diff -- api config charts); \
+	$(MAKE) --no-print-directory generate >/dev/null; \
+	after=$$(git status --porcelain -- api config charts; git diff -- api config charts); \
+	if [ "$$before" != "$$after" ]; then echo "make generate changed generated files; run it and commit the result:"; git status --short -- api config charts; exit 1; fi; \
+	echo "generated files are current"
+
+## build: the static manager binary with the image's flags; checks it is static and runs --version
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/tripswitch ./cmd/tripswitch
+	go run ./hack/checkstatic bin/tripswitch
+	bin/tripswitch --version
 
 ## demo: seed 000's delayed-webhook experiment on a real API server (Ignore, then Bypass)
 demo: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go run ./cmd/tripswitch demo --out out/demo
+	KUBEBUILDER_ASSETS=$(ASSETS) go run ./cmd/tripswitch-demo --out out/demo
 
 ## run: run the controller against the current kubeconfig (CRD must be installed)
 run:
-	go run ./cmd/tripswitch --leader-elect=false
+	go run ./cmd/tripswitch --leader-elect=false --metrics-secure=false --metrics-bind-address=:8080

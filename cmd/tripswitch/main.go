@@ -1,22 +1,33 @@
 // Command tripswitch is the controller manager: a circuit breaker for
 // admission webhooks that an operator approved with a WebhookCircuitBreaker.
 //
-//	tripswitch [flags]        run the controller against the current kubeconfig
-//	tripswitch demo [flags]   run seed 000's delayed-webhook experiment locally
+//	tripswitch [flags]      run the controller
+//	tripswitch --version    print the version
+//	tripswitch --help       list the flags
+//
+// The demo is a binary of its own (cmd/tripswitch-demo), so this one links
+// no test machinery.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -24,23 +35,29 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
-// +kubebuilder:rbac:groups=tripswitch.dev,resources=webhookcircuitbreakers,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=tripswitch.dev,resources=webhookcircuitbreakers/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=tripswitch.dev,resources=webhookcircuitbreakers/finalizers,verbs=update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// version is set at build time: -ldflags "-X main.version=v0.1.0".
+var version = ""
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "demo" {
-		os.Exit(runDemo(os.Args[2:]))
-	}
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
 		fmt.Fprintln(os.Stderr, "tripswitch:", err)
 		os.Exit(1)
 	}
+}
+
+// Version is the build's version: the -X value, else the module version Go
+// recorded, else "devel".
+func Version() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
 }
 
 func newScheme() (*runtime.Scheme, error) {
@@ -53,41 +70,116 @@ func newScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-func run(args []string) error {
+// flags are the manager's command line.
+type flags struct {
+	kubeconfig                             string
+	metricsAddr, probeAddr, metricsCertDir string
+	metricsSecure                          bool
+	leaderElect                            bool
+	leaderNS                               string
+	leaseDuration, renewDeadline, retry    time.Duration
+	showVersion                            bool
+	zap                                    zap.Options
+}
+
+func parseFlags(args []string, out io.Writer) (*flags, error) {
+	f := &flags{}
 	fs := flag.NewFlagSet("tripswitch", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
-	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	leaderElect := fs.Bool("leader-elect", true, "elect a leader through a Lease so that only one replica writes")
-	leaderNS := fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
-	leaseDuration := fs.Duration("leader-election-lease-duration", 15*time.Second, "how long a leader's Lease lasts without renewal; a replica taking over from a dead leader waits this long")
-	renewDeadline := fs.Duration("leader-election-renew-deadline", 10*time.Second, "how long the leader keeps retrying to renew before it steps down")
-	retryPeriod := fs.Duration("leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: tripswitch [flags]\n\nRuns the tripswitch controller: a circuit breaker for approved admission webhooks.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, the in-cluster config, then ~/.kube/config")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; \"0\" disables it")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS and authenticate and authorize every scrape (TokenReview and SubjectAccessReview on GET /metrics); false serves plain HTTP, for local runs")
+	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics endpoint; default: a self-signed certificate made at start")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (they never depend on a circuit's state)")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader through a Lease so that only one replica probes and writes")
+	fs.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader-election Lease; default: the pod's namespace (required outside a cluster)")
+	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a replica taking over from a leader that died waits up to this long, so it bounds how late a circuit opens or closes after a leader crash")
+	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down; must be less than the lease duration")
+	fs.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
+	f.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (tripswitch takes flags only; see --help)", fs.Arg(0))
+	}
+	if f.leaderElect && f.renewDeadline >= f.leaseDuration {
+		return nil, fmt.Errorf("--leader-election-renew-deadline (%s) must be less than --leader-election-lease-duration (%s)", f.renewDeadline, f.leaseDuration)
+	}
+	return f, nil
+}
+
+// serviceAccountNamespace is where Kubernetes tells a pod its namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// leaseNamespace resolves the Lease's namespace or says which flag to set.
+func (f *flags) leaseNamespace() (string, error) {
+	if f.leaderNS != "" || !f.leaderElect {
+		return f.leaderNS, nil
+	}
+	if ns, err := os.ReadFile(serviceAccountNamespace); err == nil && len(strings.TrimSpace(string(ns))) > 0 {
+		return strings.TrimSpace(string(ns)), nil
+	}
+	return "", errors.New("--leader-election-namespace is required when running outside a cluster (or pass --leader-elect=false for a single replica)")
+}
+
+func (f *flags) restConfig() (*rest.Config, error) {
+	if f.kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no cluster to talk to (set --kubeconfig or $KUBECONFIG): %w", err)
+	}
+	return cfg, nil
+}
+
+func run(args []string, out io.Writer) error {
+	f, err := parseFlags(args, out)
+	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-
+	if f.showVersion {
+		fmt.Fprintln(out, "tripswitch", Version())
+		return nil
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
+	leaseNS, err := f.leaseNamespace()
+	if err != nil {
+		return err
+	}
 	scheme, err := newScheme()
 	if err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := f.restConfig()
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
+		return err
+	}
+	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure, CertDir: f.metricsCertDir}
+	if f.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:        *probeAddr,
-		LeaderElection:                *leaderElect,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              "tripswitch.dev",
-		LeaderElectionNamespace:       *leaderNS,
+		LeaderElectionNamespace:       leaseNS,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 leaseDuration,
-		RenewDeadline:                 renewDeadline,
-		RetryPeriod:                   retryPeriod,
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		RetryPeriod:                   &f.retry,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

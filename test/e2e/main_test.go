@@ -72,8 +72,9 @@ func kubeconfigFile(t *testing.T, cfg *rest.Config) string {
 }
 
 // startController runs the binary with fast leader election against the
-// cluster in kubeconfig, logging to the test's temp directory.
-func startController(t *testing.T, kubeconfig, name string) *process {
+// cluster in kubeconfig, logging to the test's temp directory. Extra flags
+// come last, so they override the defaults above.
+func startController(t *testing.T, kubeconfig, name string, extra ...string) *process {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -84,6 +85,7 @@ func startController(t *testing.T, kubeconfig, name string) *process {
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--leader-election-namespace=default",
 		"--leader-election-lease-duration=3s", "--leader-election-renew-deadline=2s", "--leader-election-retry-period=250ms")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestProductionBinaryLinksNoTestCode: the manager's dependency list holds
+// no envtest, plotting, test webhook or test CA.
+func TestProductionBinaryLinksNoTestCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps printed only %d packages", len(deps))
+	}
+	for _, p := range deps {
+		for _, banned := range []string{
+			"sigs.k8s.io/controller-runtime/pkg/envtest", "gonum.org/v1/plot",
+			"github.com/tripswitch-dev/tripswitch/internal/slowhook", "github.com/tripswitch-dev/tripswitch/internal/selfsigned",
+			"github.com/tripswitch-dev/tripswitch/internal/demo", "github.com/tripswitch-dev/tripswitch/internal/testenv", "testing",
+		} {
+			if p == banned || strings.HasPrefix(p, banned+"/") {
+				t.Errorf("the manager links %s", p)
+			}
+		}
+	}
+}
+
+func TestHelpVersionAndFlagErrors(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "--kubeconfig") && !strings.Contains(out.String(), "-kubeconfig") {
+		t.Fatalf("--help: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run([]string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "tripswitch ") {
+		t.Fatalf("--version: %v %q", err, out.String())
+	}
+	for args, want := range map[string]string{
+		"--leader-election-renew-deadline=20s": "--leader-election-renew-deadline (20s) must be less than --leader-election-lease-duration (15s)",
+		"extra":                                `unexpected argument "extra"`,
+		"--no-such-flag":                       "no-such-flag",
+	} {
+		if err := run(strings.Fields(args), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", args, err, want)
+		}
+	}
+	// Outside a cluster, leader election needs its namespace: the error names the flag.
+	f, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.leaseNamespace(); err == nil || !strings.Contains(err.Error(), "--leader-election-namespace") {
+		t.Fatalf("lease namespace outside a cluster: %v", err)
+	}
+}

@@ -1,0 +1,296 @@
+package deploy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+// installed is a control plane with config/default applied, and a client
+// acting as tripswitch's ServiceAccount.
+type installed struct {
+	env   *testenv.Env
+	admin client.Client
+	sa    client.Client
+}
+
+// install starts a control plane, validates the chart's objects with a
+// server-side dry run, and creates config/default's objects for real.
+func install(t *testing.T) *installed {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	ctx := t.Context()
+	objs := kustomizeBuild(t, "config/default")
+	ns := find(objs, "Namespace", namespace)
+	if ns == nil {
+		t.Fatal("config/default has no Namespace " + namespace)
+	}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("create %s: %v", key(ns), err)
+	}
+	for _, o := range crdsFirst(helmTemplate(t, chartValues())) {
+		if err := env.Client.Create(ctx, o, client.DryRunAll); err != nil {
+			t.Fatalf("the API server rejects the chart's %s: %v", key(o), err)
+		}
+	}
+	for _, o := range crdsFirst(without(objs, "Namespace")) {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("the API server rejects config/default's %s: %v", key(o), err)
+		}
+	}
+	cfg, err := env.UserConfig(username())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &installed{env: env, admin: env.Client, sa: sa}
+}
+
+func crdsFirst(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	return append(ofKind(objs, "CustomResourceDefinition"), without(objs, "CustomResourceDefinition")...)
+}
+
+func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// webhook is a mutating webhook entry on 127.0.0.1 (never called here).
+func webhook(name string) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
+		Name:                    name,
+		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/" + name), CABundle: []byte("not-a-real-ca")},
+		Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		AdmissionReviewVersions: []string{"v1"},
+		// Nothing may be created in the test namespace by the webhook's rules.
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}},
+	}
+}
+
+func (in *installed) mutating(t *testing.T, name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"owner.example.com/team": "platform"}},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{webhook("target.example.com"), webhook("other.example.com")},
+	}
+	if err := in.admin.Create(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (in *installed) validating(t *testing.T, name string) {
+	t.Helper()
+	m := webhook("target.example.com")
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: m.Name, ClientConfig: m.ClientConfig, Rules: m.Rules, SideEffects: m.SideEffects,
+			AdmissionReviewVersions: m.AdmissionReviewVersions, NamespaceSelector: m.NamespaceSelector,
+		}},
+	}
+	if err := in.admin.Create(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cycle opens and closes target's circuit as the ServiceAccount, with the
+// controller's own write protocol.
+func (in *installed) cycle(ctx context.Context, kind v1alpha1.TargetKind, name string, action v1alpha1.OpenAction) error {
+	read := func() (*circuit.Configuration, error) {
+		obj, err := circuit.NewObject(kind)
+		if err != nil {
+			return nil, err
+		}
+		if err := in.sa.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+			return nil, err
+		}
+		return circuit.View(obj)
+	}
+	cfg, err := read()
+	if err != nil {
+		return err
+	}
+	w := circuit.Writer{Client: in.sa}
+	rec, err := w.Open(ctx, cfg, "target.example.com", v1alpha1.CircuitRecord{
+		Breaker: "deploy-test", BreakerUID: "uid", Action: action, OpenedAt: metav1.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	if cfg, err = read(); err != nil {
+		return err
+	}
+	return w.Close(ctx, cfg, "target.example.com", &rec)
+}
+
+// TestInstalledPermissions applies config/default (and dry-runs the chart)
+// on a real API server, then acts as tripswitch's ServiceAccount: a full
+// open/close cycle on an approved configuration works with both actions and
+// the admission guard installed; everything else is forbidden by RBAC or
+// denied by the guard with its message.
+func TestInstalledPermissions(t *testing.T) {
+	in := install(t)
+	ctx := t.Context()
+	in.mutating(t, approvedMutating)
+	in.mutating(t, "not-approved")
+	in.validating(t, approvedValidating)
+
+	// The guard takes effect once the API server has loaded it: probe with a
+	// label change (which it denies), undoing any that got through first.
+	caBundle := func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+		c.Webhooks[0].ClientConfig.CABundle = []byte("attacker-ca")
+	}
+	label := func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+		c.Labels = map[string]string{"probe": "guard"}
+	}
+	unlabel := func(c *admissionregistrationv1.MutatingWebhookConfiguration) { c.Labels = nil }
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := in.saEdit(ctx, approvedMutating, label)
+		if err != nil && strings.Contains(err.Error(), "may not change labels") {
+			break
+		}
+		if err == nil {
+			if err := edit(ctx, in.admin, approvedMutating, unlabel); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admission guard never denied the ServiceAccount a label change: last error %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	t.Run("open and close pass for both actions", func(t *testing.T) {
+		for _, action := range []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass} {
+			if err := in.cycle(ctx, v1alpha1.MutatingWebhookConfiguration, approvedMutating, action); err != nil {
+				t.Fatalf("%s cycle as the ServiceAccount: %v", action, err)
+			}
+			// The validating policy's rules evaluate too (an evaluation error
+			// would deny this, the guard failing closed).
+			if err := in.cycle(ctx, v1alpha1.ValidatingWebhookConfiguration, approvedValidating, action); err != nil {
+				t.Fatalf("%s cycle on a validating configuration as the ServiceAccount: %v", action, err)
+			}
+		}
+		var now admissionregistrationv1.MutatingWebhookConfiguration
+		if err := in.admin.Get(ctx, client.ObjectKey{Name: approvedMutating}, &now); err != nil {
+			t.Fatal(err)
+		}
+		if len(now.Annotations) != 1 || *now.Webhooks[0].FailurePolicy != admissionregistrationv1.Fail || len(now.Webhooks[0].MatchConditions) != 0 {
+			t.Fatalf("after two cycles the configuration is not back to its original: %+v", now)
+		}
+	})
+
+	t.Run("the guard denies everything else", func(t *testing.T) {
+		for name, edit := range map[string]struct {
+			edit func(*admissionregistrationv1.MutatingWebhookConfiguration)
+			msg  string
+		}{
+			"caBundle": {caBundle, "failurePolicy and its own tripswitch.dev/circuit-open matchCondition"},
+			"rules":    {func(c *admissionregistrationv1.MutatingWebhookConfiguration) { c.Webhooks[0].Rules = nil }, "every other webhook field must stay as it was"},
+			"another webhook's timeout": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Webhooks[1].TimeoutSeconds = ptr.To[int32](30)
+			}, "every other webhook field must stay as it was"},
+			"someone else's annotation": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Annotations["owner.example.com/team"] = "attacker"
+			}, "only its own tripswitch.dev/circuit.* annotations"},
+			"a new foreign annotation": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) { c.Annotations["example.com/x"] = "y" }, "only its own tripswitch.dev/circuit.* annotations"},
+			"a label":                  {func(c *admissionregistrationv1.MutatingWebhookConfiguration) { c.Labels = map[string]string{"a": "b"} }, "may not change labels"},
+			"a webhook removed":        {func(c *admissionregistrationv1.MutatingWebhookConfiguration) { c.Webhooks = c.Webhooks[:1] }, "may not add, remove, rename or reorder webhooks"},
+			"failurePolicy without a record": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			}, "only together with its recovery record"},
+			"its matchCondition made true": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Annotations[circuit.AnnotationKey("target.example.com")] = "{}"
+				c.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "tripswitch.dev/circuit-open", Expression: "true"}}
+			}, "must have the expression false"},
+		} {
+			err := in.saEdit(ctx, approvedMutating, edit.edit)
+			if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), edit.msg) {
+				t.Errorf("%s: %v, want a denial saying %q", name, err, edit.msg)
+			}
+		}
+		var v admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := in.sa.Get(ctx, client.ObjectKey{Name: approvedValidating}, &v); err != nil {
+			t.Fatal(err)
+		}
+		base := v.DeepCopy()
+		v.Webhooks[0].ClientConfig.CABundle = []byte("attacker-ca")
+		if err := in.sa.Patch(ctx, &v, client.MergeFrom(base)); err == nil || !strings.Contains(err.Error(), "every other webhook field must stay as it was") {
+			t.Errorf("caBundle change on a validating configuration: %v, want the guard's denial", err)
+		}
+		// The guard constrains only tripswitch: an administrator may still edit.
+		if err := edit(ctx, in.admin, approvedMutating, caBundle); err != nil {
+			t.Fatalf("an administrator's caBundle change was denied: %v", err)
+		}
+	})
+
+	t.Run("RBAC forbids the rest", func(t *testing.T) {
+		forbidden := map[string]error{
+			"patch an unapproved configuration": in.saEdit(ctx, "not-approved", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			}),
+			"get an unapproved configuration":  in.sa.Get(ctx, client.ObjectKey{Name: "not-approved"}, &admissionregistrationv1.MutatingWebhookConfiguration{}),
+			"delete an approved configuration": in.sa.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: approvedMutating}}),
+			"create a configuration":           in.sa.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "new"}}),
+			"list all configurations":          in.sa.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}),
+			"list validating configurations":   in.sa.List(ctx, &admissionregistrationv1.ValidatingWebhookConfigurationList{}),
+			"list configmaps":                  in.sa.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(namespace)),
+			"list secrets":                     in.sa.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)),
+			"get a secret":                     in.sa.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &corev1.Secret{}),
+			"list configmaps cluster-wide":     in.sa.List(ctx, &corev1.ConfigMapList{}),
+			"create a configmap":               in.sa.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}),
+		}
+		for what, err := range forbidden {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s as the ServiceAccount: %v, want Forbidden", what, err)
+			}
+		}
+		// Watching the approved configuration by name is allowed.
+		var list admissionregistrationv1.MutatingWebhookConfigurationList
+		if err := in.sa.List(ctx, &list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", approvedMutating)}); err != nil || len(list.Items) != 1 {
+			t.Errorf("list of the approved configuration by name: %v (%d items)", err, len(list.Items))
+		}
+	})
+}
+
+// saEdit reads name as the ServiceAccount, applies change, and writes it back
+// with a merge patch.
+func (in *installed) saEdit(ctx context.Context, name string, change func(*admissionregistrationv1.MutatingWebhookConfiguration)) error {
+	return edit(ctx, in.sa, name, change)
+}
+
+func edit(ctx context.Context, c client.Client, name string, change func(*admissionregistrationv1.MutatingWebhookConfiguration)) error {
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &cfg); err != nil {
+		return err
+	}
+	base := cfg.DeepCopy()
+	change(&cfg)
+	return c.Patch(ctx, &cfg, client.MergeFrom(base))
+}

@@ -1,0 +1,92 @@
+package deploy
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// stripLabels removes what legitimately differs between the two installs:
+// Helm's release labels.
+func stripLabels(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		c := o.DeepCopy()
+		unstructured.RemoveNestedField(c.Object, "metadata", "labels")
+		out[key(c)] = c
+	}
+	return out
+}
+
+// TestChartMatchesKustomize: config/default and the chart with the same
+// approved configurations produce the same objects, but for labels and the
+// Namespace, which Helm leaves to `helm install --create-namespace`.
+func TestChartMatchesKustomize(t *testing.T) {
+	k := stripLabels(without(kustomizeBuild(t, "config/default"), "Namespace"))
+	h := stripLabels(helmTemplate(t, chartValues()))
+	var kk, hk []string
+	for n := range k {
+		kk = append(kk, n)
+	}
+	for n := range h {
+		hk = append(hk, n)
+	}
+	slices.Sort(kk)
+	slices.Sort(hk)
+	if !slices.Equal(kk, hk) {
+		t.Fatalf("different objects:\nkustomize: %v\nhelm:      %v", kk, hk)
+	}
+	for _, n := range kk {
+		if !reflect.DeepEqual(k[n].Object, h[n].Object) {
+			ky, _ := yaml.Marshal(k[n].Object)
+			hy, _ := yaml.Marshal(h[n].Object)
+			t.Errorf("%s differs:\n--- kustomize\n%s\n--- helm\n%s", n, ky, hy)
+		}
+	}
+	if len(kk) < 15 {
+		t.Fatalf("only %d objects: %v", len(kk), kk)
+	}
+}
+
+// TestChartOptions: with nothing approved the webhook-configuration role has
+// no rule at all (an empty resourceNames would mean every name); every
+// optional part renders when enabled.
+func TestChartOptions(t *testing.T) {
+	role := find(helmTemplate(t, map[string]any{}), "ClusterRole", "tripswitch-webhook-configurations")
+	if rules, _, _ := unstructured.NestedSlice(role.Object, "rules"); len(rules) != 0 {
+		t.Fatalf("no approved configurations, yet rules %v", rules)
+	}
+	objs := helmTemplate(t, map[string]any{
+		"approvedWebhookConfigurations": map[string]any{"mutating": []any{"a"}},
+		"endpointProbing":               map[string]any{"enabled": true},
+		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true},
+			"prometheusRule": map[string]any{"enabled": true}, "grafanaDashboard": map[string]any{"enabled": true}},
+		"breakers": map[string]any{"a": map[string]any{
+			"target":                        map[string]any{"kind": "MutatingWebhookConfiguration", "configurationName": "a", "webhookName": "w.example.com"},
+			"allowAdmissionWithoutMutation": true,
+		}},
+	})
+	for _, want := range [][2]string{
+		{"ClusterRole", "tripswitch-endpoint-probing"}, {"ServiceMonitor", "tripswitch-metrics"},
+		{"PrometheusRule", "tripswitch"}, {"ConfigMap", "tripswitch-dashboard"}, {"WebhookCircuitBreaker", "a"},
+	} {
+		if find(objs, want[0], want[1]) == nil {
+			t.Errorf("%s %s not rendered", want[0], want[1])
+		}
+	}
+	role = find(objs, "ClusterRole", "tripswitch-webhook-configurations")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[a]" {
+		t.Fatalf("rules for one approved configuration: %v", rules)
+	}
+	deploy := find(objs, "Deployment", "tripswitch")
+	args, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	if !strings.Contains(fmt.Sprint(args), "--metrics-secure=false") {
+		t.Fatalf("metrics.secure=false not passed to the manager: %v", args)
+	}
+}

@@ -1,0 +1,140 @@
+// Package deploy tests the install manifests: the kustomize tree under
+// config/ and the Helm chart under charts/tripswitch, rendered with their own
+// Go libraries and applied to a real kube-apiserver.
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	kubefake "helm.sh/helm/v4/pkg/kube/fake"
+	"helm.sh/helm/v4/pkg/release"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+// The names config/default approves and the namespace it installs into.
+const (
+	namespace          = "tripswitch-system"
+	serviceAccount     = "tripswitch"
+	approvedMutating   = "example-mutating-webhook"
+	approvedValidating = "example-validating-webhook"
+)
+
+func repoPath(t testing.TB, elem ...string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, elem...)...)
+}
+
+// kustomizeBuild builds a kustomization with the kustomize Go API, as
+// `kubectl apply -k` does.
+func kustomizeBuild(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	opts := krusty.MakeDefaultOptions()
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), repoPath(t, dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, out)
+}
+
+// helmTemplate renders the chart with Helm's Go SDK, as `helm template
+// --include-crds` does, for a release named tripswitch in namespace.
+func helmTemplate(t testing.TB, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	chrt, err := loader.Load(repoPath(t, "charts", "tripswitch"))
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	cfg := action.NewConfiguration()
+	cfg.Releases = storage.Init(driver.NewMemory())
+	cfg.KubeClient = &kubefake.PrintingKubeClient{Out: io.Discard}
+	install := action.NewInstall(cfg)
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName = "tripswitch"
+	install.Namespace = namespace
+	install.Replace = true
+	install.IncludeCRDs = true
+	install.KubeVersion = &common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
+	rel, err := install.Run(chrt, values)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	acc, err := release.NewAccessor(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, []byte(acc.Manifest()))
+}
+
+func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decode manifests: %v", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// key names an object in a manifest set.
+func key(o *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s/%s %s/%s", o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func without(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	return slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool { return o.GetKind() == kind })
+}
+
+// chartValues are the chart's values for the same install as config/default.
+func chartValues() map[string]any {
+	return map[string]any{
+		"approvedWebhookConfigurations": map[string]any{
+			"mutating":   []any{approvedMutating},
+			"validating": []any{approvedValidating},
+		},
+	}
+}
+
+func username() string { return "system:serviceaccount:" + namespace + ":" + serviceAccount }
