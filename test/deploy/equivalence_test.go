@@ -3,8 +3,8 @@ package deploy
 import (
 	"fmt"
 	"reflect"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
