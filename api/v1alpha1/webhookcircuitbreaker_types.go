@@ -77,17 +77,22 @@ type Target struct {
 // ProbeSpec sets how often and how strictly the webhook is probed. The
 // defaults are seed 000's: every 1s, 250ms deadline, open after 3 failures,
 // close after 5 successes.
-// +kubebuilder:validation:XValidation:rule="!has(self.interval) || (duration(self.interval) >= duration('100ms') && duration(self.interval) <= duration('1h'))",message="probe.interval must be between 100ms and 1h"
-// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || (duration(self.timeout) >= duration('10ms') && duration(self.timeout) <= duration('30s'))",message="probe.timeout must be between 10ms and 30s"
-// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || duration(self.timeout) <= duration(self.interval)",message="probe.timeout must not exceed probe.interval"
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || !self.interval.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !self.timeout.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.interval) < duration('100ms') || duration(self.timeout) < duration('10ms') || duration(self.timeout) <= duration(self.interval)",message="probe.timeout must not exceed probe.interval"
 type ProbeSpec struct {
-	// Interval between probes. Default 1s.
+	// Interval between probes, a duration from 100ms to 1h. Default 1s.
 	// +optional
 	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="probe.interval must be a duration such as 500ms, 2s or 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('100ms') && duration(self) <= duration('1h'))",message="probe.interval must be between 100ms and 1h"
 	Interval *metav1.Duration `json:"interval,omitempty"`
-	// Timeout of one probe. Default 250ms.
+	// Timeout of one probe, a duration from 10ms to 30s and at most the
+	// interval. A slower answer counts as a failure. Default 250ms.
 	// +optional
 	// +kubebuilder:default="250ms"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="probe.timeout must be a duration such as 250ms or 2s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('10ms') && duration(self) <= duration('30s'))",message="probe.timeout must be between 10ms and 30s"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// FailureThreshold is how many consecutive failed probes open the circuit. Default 3.
 	// +optional
@@ -122,8 +127,8 @@ type ProbeSpec struct {
 }
 
 // WebhookCircuitBreakerSpec is an operator's approval to fail one webhook open.
-// +kubebuilder:validation:XValidation:rule="self.target.kind != 'MutatingWebhookConfiguration' || self.allowAdmissionWithoutMutation",message="allowAdmissionWithoutMutation must be true for a MutatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's mutation during an outage"
-// +kubebuilder:validation:XValidation:rule="self.target.kind != 'ValidatingWebhookConfiguration' || self.allowAdmissionWithoutValidation",message="allowAdmissionWithoutValidation must be true for a ValidatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's validation during an outage"
+// +kubebuilder:validation:XValidation:rule="self.target.kind != 'MutatingWebhookConfiguration' || (has(self.allowAdmissionWithoutMutation) && self.allowAdmissionWithoutMutation)",message="allowAdmissionWithoutMutation must be true for a MutatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's mutation during an outage"
+// +kubebuilder:validation:XValidation:rule="self.target.kind != 'ValidatingWebhookConfiguration' || (has(self.allowAdmissionWithoutValidation) && self.allowAdmissionWithoutValidation)",message="allowAdmissionWithoutValidation must be true for a ValidatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's validation during an outage"
 type WebhookCircuitBreakerSpec struct {
 	// Target is the one webhook this breaker may change. Immutable.
 	// +required
@@ -135,11 +140,21 @@ type WebhookCircuitBreakerSpec struct {
 	// AllowAdmissionWithoutValidation must be true for a validating target.
 	// +optional
 	AllowAdmissionWithoutValidation bool `json:"allowAdmissionWithoutValidation,omitempty"`
-	// OpenAction is Ignore or Bypass. Default Ignore.
+	// OpenAction is what opening the circuit does. Ignore sets the webhook's
+	// failurePolicy to Ignore: requests are admitted, but each still waits up
+	// to the webhook's timeoutSeconds for it. Bypass adds a matchCondition
+	// (tripswitch.dev/circuit-open, expression "false") so that the API
+	// server skips the webhook: requests are admitted as fast as without it.
+	// Default Ignore.
 	// +optional
 	// +kubebuilder:default=Ignore
 	OpenAction OpenAction `json:"openAction,omitempty"`
-	// Mode is Auto, ForceOpen, ForceClosed or Observe. Default Auto.
+	// Mode is how much tripswitch does on its own. Auto opens after
+	// probe.failureThreshold failed probes and closes after
+	// probe.successThreshold healthy ones. ForceOpen opens now, whatever the
+	// health. ForceClosed restores the original policy and keeps it. Observe
+	// probes and reports, never opens, and closes a circuit it held. Default
+	// Auto.
 	// +optional
 	// +kubebuilder:default=Auto
 	Mode Mode `json:"mode,omitempty"`
@@ -149,14 +164,23 @@ type WebhookCircuitBreakerSpec struct {
 	Probe ProbeSpec `json:"probe,omitempty"`
 }
 
-// CircuitState is the circuit's state as tripswitch last saw it.
-// +kubebuilder:validation:Enum=Closed;Open;Unknown
+// CircuitState is the circuit's state as an operator needs it at a glance.
+// +kubebuilder:validation:Enum=Closed;Open;Disarmed;Unknown
 type CircuitState string
 
 // Circuit states.
 const (
-	StateClosed  CircuitState = "Closed"
-	StateOpen    CircuitState = "Open"
+	// StateClosed: the webhook has its original policy and tripswitch will
+	// open the circuit if the webhook fails.
+	StateClosed CircuitState = "Closed"
+	// StateOpen: tripswitch holds the webhook open (Ignore or Bypass).
+	StateOpen CircuitState = "Open"
+	// StateDisarmed: closed, and tripswitch will not open it for this outage
+	// (an operator overrode it); see status.disarmedReason.
+	StateDisarmed CircuitState = "Disarmed"
+	// StateUnknown: tripswitch cannot tell or cannot act: the target is
+	// missing, its record is unreadable or another breaker's, or the webhook
+	// cannot be probed. Ready is False with the reason.
 	StateUnknown CircuitState = "Unknown"
 )
 
@@ -241,9 +265,12 @@ type WebhookCircuitBreakerStatus struct {
 	// ObservedGeneration is the spec generation last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// State is Closed, Open or Unknown.
+	// State is Closed, Open, Disarmed or Unknown.
 	// +optional
 	State CircuitState `json:"state,omitempty"`
+	// Target is configurationName/webhookName, for display.
+	// +optional
+	Target string `json:"target,omitempty"`
 	// LastTransitionTime is when State last changed.
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
@@ -283,11 +310,14 @@ type WebhookCircuitBreakerStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=wcb
-// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target.webhookName`
-// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.target`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.openAction`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.lastTransitionTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WebhookCircuitBreaker struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

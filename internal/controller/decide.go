@@ -62,6 +62,8 @@ const (
 	ReasonCircuitOpen        = "CircuitOpen"
 	ReasonCircuitClosed      = "CircuitClosed"
 	ReasonConfigurationFound = "Found"
+	ReasonArmed              = "Armed"
+	ReasonObserveReleases    = "ObserveReleases"
 )
 
 // Health is the monitor's view folded with the breaker's thresholds.
@@ -96,15 +98,30 @@ type Input struct {
 	// this same configuration (same UID).
 	Mirror *v1alpha1.CircuitRecord
 	Health Health
+	// ProbeUnknown: the last probe could not be made (ProbeReason says why),
+	// so health is unknown in both directions.
+	ProbeUnknown bool
+	ProbeReason  string
 	// Disarmed: a human overrode tripswitch during this outage.
 	Disarmed bool
 }
 
-// Decision is what to do, and why.
+// Decision is what to do, and why. The status is computed from its fields,
+// never from its reason strings.
 type Decision struct {
-	Write   Write
+	Write Write
+	// Action is the open action an Open write applies: the spec's, defaulted.
+	Action  v1alpha1.OpenAction
 	Reason  string
 	Message string
+	// Blocked: the breaker could not open or close its webhook if it had to
+	// (bad or foreign record, missing target, webhook that cannot be probed);
+	// the status shows Ready=False with Reason and Message.
+	Blocked bool
+	// Refused: tripswitch chose not to write for a reason that leaves it
+	// able to act (the webhook already fails open without it); the status
+	// shows it as Ready's reason, and it is reported once when it starts.
+	Refused bool
 	// Disarm, when set, stops further opening until the webhook is healthy again
 	// or an operator re-arms; it is the reason shown.
 	Disarm string
@@ -137,7 +154,12 @@ func Decide(in Input) Decision {
 	case v1alpha1.ModeForceClosed:
 		return decideForceClosed(in)
 	case v1alpha1.ModeForceOpen:
-		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
+		// An operator's explicit ForceOpen overrides, and clears, a disarm.
+		disarmed := in.Disarmed
+		in.Disarmed = false
+		d := decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
+		d.Rearm = disarmed
+		return d
 	default:
 		return decideAuto(in)
 	}
@@ -147,7 +169,7 @@ func checkRecordReadable(in Input) (Decision, bool) {
 	if in.State.RecordErr == nil {
 		return Decision{}, false
 	}
-	d := Decision{Reason: ReasonCorruptRecord, Message: in.State.RecordErr.Error() + "; tripswitch will not guess a restore from it: fix or remove the annotation"}
+	d := Decision{Reason: ReasonCorruptRecord, Blocked: true, Message: in.State.RecordErr.Error() + "; tripswitch will not guess a restore from it: fix or remove the annotation"}
 	d.ReleaseFinalizer = in.Deleting
 	return d, true
 }
@@ -159,6 +181,7 @@ func checkRecordOwner(in Input) (Decision, bool) {
 	}
 	return Decision{
 		Reason:           ReasonRecordOfOther,
+		Blocked:          true,
 		Message:          fmt.Sprintf("the webhook's circuit record belongs to breaker %q (uid %s); two breakers target the same webhook", rec.Breaker, rec.BreakerUID),
 		ReleaseFinalizer: in.Deleting,
 	}, true
@@ -171,7 +194,7 @@ func checkTargetFound(in Input) (Decision, bool) {
 	if in.Deleting {
 		return Decision{Reason: ReasonTargetGone, Message: "target is gone; nothing to restore", ReleaseFinalizer: true}, true
 	}
-	return Decision{Reason: ReasonTargetNotFound, Message: "target webhook configuration or webhook not found; nothing is written"}, true
+	return Decision{Reason: ReasonTargetNotFound, Blocked: true, Message: "target webhook configuration or webhook not found; nothing is written"}, true
 }
 
 // checkExternalChange: tripswitch's record is there but its change is not.
@@ -225,9 +248,15 @@ func checkDeleting(in Input) (Decision, bool) {
 	return Decision{Reason: ReasonFinalizerReleased, Message: "breaker is being deleted and nothing is open", ReleaseFinalizer: true}, true
 }
 
+// checkObserve: Observe probes and reports and holds nothing. A circuit
+// tripswitch holds when the mode becomes Observe (say, after ForceOpen) is
+// closed, so that no mode leaves a webhook failing open with nobody to close it.
 func checkObserve(in Input) (Decision, bool) {
 	if in.Mode != v1alpha1.ModeObserve {
 		return Decision{}, false
+	}
+	if in.State.Record != nil {
+		return Decision{Write: WriteClose, Reason: ReasonObserveReleases, Message: "mode is Observe: tripswitch holds no circuit, restoring the original policy"}, true
 	}
 	return Decision{Reason: ReasonObserving, Message: fmt.Sprintf("mode is Observe: health is %s, nothing is written", in.Health.Verdict())}, true
 }
@@ -258,6 +287,13 @@ func decideForceClosed(in Input) Decision {
 }
 
 func decideAuto(in Input) Decision {
+	if in.ProbeUnknown {
+		d := Decision{Reason: ReasonProbeUnsupported, Blocked: true, Message: "the webhook cannot be probed, so tripswitch can neither open nor close its circuit: " + in.ProbeReason}
+		if in.State.Record != nil {
+			d.Message = "the circuit is open and stays open until the webhook can be probed again: " + in.ProbeReason
+		}
+		return d
+	}
 	switch in.Health.Verdict() {
 	case Healthy:
 		d := Decision{Reason: ReasonNoChange, Message: "webhook is healthy", Rearm: in.Disarmed}
@@ -283,7 +319,7 @@ func decideOpen(in Input, reason, why string) Decision {
 	case in.Disarmed:
 		return Decision{Reason: ReasonDisarmed, Message: "not opening: an operator overrode tripswitch during this outage; re-arm with the tripswitch.dev/rearm annotation or wait for the webhook to recover"}
 	case in.State.FailsOpenWithoutRecord(in.Action):
-		return Decision{Reason: ReasonAlreadyFailOpen, Message: fmt.Sprintf("webhook already fails open (%s) without tripswitch; leaving it alone", in.Action)}
+		return Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Message: fmt.Sprintf("webhook already fails open (%s) without tripswitch; leaving it alone", in.Action)}
 	}
-	return Decision{Write: WriteOpen, Reason: reason, Message: why}
+	return Decision{Write: WriteOpen, Action: in.Action, Reason: reason, Message: why}
 }

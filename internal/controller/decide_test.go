@@ -80,12 +80,17 @@ func TestDecide(t *testing.T) {
 		{name: "ForceClosed closes during an outage and disarms", in: Input{Mode: v1alpha1.ModeForceClosed, State: openIgnore, Health: down}, wantWrite: WriteClose, wantReason: ReasonForceClosed, wantDisarm: true},
 		{name: "ForceClosed on a healthy webhook re-arms", in: Input{Mode: v1alpha1.ModeForceClosed, State: closedFail, Health: up, Disarmed: true}, wantReason: ReasonForceClosed, wantRearm: true},
 		{name: "Observe never writes, even when down", in: Input{Mode: v1alpha1.ModeObserve, State: closedFail, Health: down}, wantReason: ReasonObserving},
-		{name: "Observe never closes", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Health: up}, wantReason: ReasonObserving},
+		{name: "Observe releases a circuit it holds, so no mode leaves a webhook open forever", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Health: down}, wantWrite: WriteClose, wantReason: ReasonObserveReleases},
+		{name: "Observe with nothing open writes nothing", in: Input{Mode: v1alpha1.ModeObserve, State: closedFail, Health: down}, wantReason: ReasonObserving},
 		{name: "Observe reports an external change without dropping", in: Input{Mode: v1alpha1.ModeObserve, State: adminClosed, Health: up}, wantReason: ReasonExternalChange},
 		{name: "a changed action closes first", in: Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: openIgnore, Health: down}, wantWrite: WriteClose, wantReason: ReasonOpenActionChanged},
 		{name: "deleting an open breaker restores", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: down, Deleting: true}, wantWrite: WriteClose, wantReason: ReasonBreakerDeleted},
 		{name: "deleting a closed breaker releases the finalizer", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down, Deleting: true}, wantReason: ReasonFinalizerReleased, wantRelease: true},
 		{name: "deleting a breaker whose target is gone releases the finalizer", in: Input{Mode: v1alpha1.ModeAuto, State: circuit.State{Index: -1}, Deleting: true}, wantReason: ReasonTargetGone, wantRelease: true},
+		{name: "a webhook that cannot be probed blocks the breaker and writes nothing", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: unknown, ProbeUnknown: true}, wantReason: ReasonProbeUnsupported},
+		{name: "an open circuit whose webhook cannot be probed stays open", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: unknown, ProbeUnknown: true}, wantReason: ReasonProbeUnsupported},
+		{name: "ForceClosed closes even when the webhook cannot be probed", in: Input{Mode: v1alpha1.ModeForceClosed, State: openIgnore, Health: unknown, ProbeUnknown: true}, wantWrite: WriteClose, wantReason: ReasonForceClosed},
+		{name: "ForceOpen overrides and clears a disarm", in: Input{Mode: v1alpha1.ModeForceOpen, State: closedFail, Health: down, Disarmed: true}, wantWrite: WriteOpen, wantReason: ReasonForceOpen, wantRearm: true},
 		{name: "deleting an Observe breaker still restores what it opened", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Deleting: true}, wantWrite: WriteClose, wantReason: ReasonBreakerDeleted},
 	}
 	for _, tc := range cases {
@@ -97,6 +102,12 @@ func TestDecide(t *testing.T) {
 				in.Action = v1alpha1.OpenActionIgnore
 			}
 			d := Decide(in)
+			if d.Blocked != (tc.wantReason == ReasonProbeUnsupported || tc.wantReason == ReasonTargetNotFound || tc.wantReason == ReasonCorruptRecord || tc.wantReason == ReasonRecordOfOther) {
+				t.Errorf("Blocked = %v for reason %s", d.Blocked, d.Reason)
+			}
+			if d.Write == WriteOpen && d.Action != in.Action {
+				t.Errorf("opens with action %q, want %q", d.Action, in.Action)
+			}
 			if d.Write != tc.wantWrite || d.Reason != tc.wantReason || (d.Disarm != "") != tc.wantDisarm || d.Rearm != tc.wantRearm || d.ReleaseFinalizer != tc.wantRelease {
 				t.Errorf("Decide = %+v\nwant write %q reason %s disarm %v rearm %v release %v", d, tc.wantWrite, tc.wantReason, tc.wantDisarm, tc.wantRearm, tc.wantRelease)
 			}
@@ -108,13 +119,13 @@ func TestDecide(t *testing.T) {
 func FuzzDecide(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false)
 	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false)
-	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, _ bool) {
+	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, probeUnknown bool) {
 		modes := []v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}
 		actions := []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass}
 		states := []circuit.State{closedFail, openIgnore, openBypass, adminIgnore, adminClosed, corrupt, othersRecord, {Index: -1}}
 		in := Input{
 			Mode: modes[int(mode)%len(modes)], Action: actions[int(action)%len(actions)], BreakerUID: uid,
-			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed,
+			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed, ProbeUnknown: probeUnknown,
 			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5},
 		}
 		in.TargetFound = in.State.Index >= 0
@@ -123,16 +134,20 @@ func FuzzDecide(f *testing.F) {
 		switch {
 		case d.Write != WriteNone && (!in.TargetFound || in.State.RecordErr != nil || (in.State.Record != nil && !owned)):
 			t.Fatalf("wrote %s to a target it must not touch: %+v", d.Write, in)
-		case d.Write == WriteOpen && (in.Disarmed || in.Deleting || in.Mode == v1alpha1.ModeObserve || in.Mode == v1alpha1.ModeForceClosed):
+		case d.Write == WriteOpen && ((in.Disarmed && in.Mode != v1alpha1.ModeForceOpen) || in.Deleting || in.Mode == v1alpha1.ModeObserve || in.Mode == v1alpha1.ModeForceClosed):
 			t.Fatalf("opened while it must not: %+v", in)
+		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.ProbeUnknown:
+			t.Fatalf("Auto opened a webhook it cannot probe: %+v", in)
 		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict() != Unhealthy:
 			t.Fatalf("Auto opened without an Unhealthy verdict: %+v", in)
 		case d.Write == WriteClose && !in.State.Intact():
 			t.Fatalf("closed over a value it does not own: %+v", in)
 		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.Health.Verdict() != Healthy && in.State.Record.Action == in.Action:
 			t.Fatalf("Auto closed without a Healthy verdict: %+v", in)
-		case d.Write != WriteNone && in.Mode == v1alpha1.ModeObserve && !in.Deleting:
-			t.Fatalf("Observe wrote %s", d.Write)
+		case (d.Write == WriteOpen || d.Write == WriteDrop) && in.Mode == v1alpha1.ModeObserve:
+			t.Fatalf("Observe wrote %s; it may only release what it holds", d.Write)
+		case d.Write == WriteOpen && d.Action != in.Action:
+			t.Fatalf("decided to open with %q, the spec says %q", d.Action, in.Action)
 		case d.ReleaseFinalizer && owned && in.State.Intact():
 			t.Fatalf("released the finalizer with the circuit still open: %+v", in)
 		}

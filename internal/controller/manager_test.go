@@ -277,7 +277,10 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	if hasRecord(cfg) || webhookJSON(t, cfg, target) != webhookJSON(t, orig, target) {
 		t.Fatalf("an unprobeable webhook was opened: %s", webhookJSON(t, cfg, target))
 	}
-	if st := b.getBreaker(wcb.Name).Status; st.State != v1alpha1.StateClosed || st.Probe.LastResult != string(probe.Unknown) {
+	// It must not look reassuring: Unknown, and not Ready, saying why.
+	st := b.getBreaker(wcb.Name).Status
+	ready := condition(b.getBreaker(wcb.Name), controller.ConditionReady)
+	if st.State != v1alpha1.StateUnknown || st.Probe.LastResult != string(probe.Unknown) || ready.Status != metav1.ConditionFalse || ready.Reason != controller.ReasonProbeUnsupported {
 		t.Fatalf("status: %+v", st)
 	}
 }

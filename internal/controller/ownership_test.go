@@ -60,7 +60,7 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	for len(rec.Events) > 0 {
 		seen = append(seen, <-rec.Events)
 	}
-	for _, want := range []string{"Normal CircuitOpened", "Warning " + controller.ReasonExternalChange, "Warning " + controller.ReasonDisarmed} {
+	for _, want := range []string{"Warning CircuitOpened", "Warning " + controller.ReasonExternalChange, "Warning " + controller.ReasonDisarmed} {
 		if !slices.ContainsFunc(seen, func(e string) bool { return strings.HasPrefix(e, want) }) {
 			t.Errorf("no %q event among %q", want, seen)
 		}
@@ -73,8 +73,8 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	if c := condition(got, controller.ConditionExternalChange); c.Status != metav1.ConditionTrue {
 		t.Fatalf("ExternalChange condition = %+v", c)
 	}
-	if got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateClosed {
-		t.Fatalf("breaker not disarmed after an external change: %+v", got.Status)
+	if ready := condition(got, controller.ConditionReady); got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateDisarmed || ready.Status != metav1.ConditionFalse || ready.Reason != controller.ReasonDisarmed {
+		t.Fatalf("breaker not disarmed (State Disarmed, Ready False) after an external change: %+v", got.Status)
 	}
 	// Still down, many reconciles later: no re-open.
 	b.settle(r, wcb.Name)

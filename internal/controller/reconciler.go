@@ -83,7 +83,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
-		return ctrl.Result{}, r.patchFinalizer(ctx, &b, true)
+		if err := r.patchFinalizer(ctx, &b, true); err != nil {
+			return r.retry(ctx, "breaker changed while its finalizer was added; retrying", err)
+		}
+		return ctrl.Result{}, nil
 	}
 
 	obs, err := r.observe(ctx, &b, deleting)
@@ -95,11 +98,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	after, writeErr := r.write(ctx, &b, obs, d)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.conflict(b.Name)
-		log.FromContext(ctx).Info("webhook configuration changed since it was read; re-reading", "write", d.Write, "error", writeErr.Error())
-		return ctrl.Result{}, writeErr // requeue with backoff; the next attempt re-reads and re-decides
+		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
 	if err := r.report(ctx, &b, in, d, obs, after, writeErr); err != nil {
-		return ctrl.Result{}, err
+		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
@@ -107,13 +109,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if d.ReleaseFinalizer && writeErr == nil {
 		r.Health.Stop(b.Name)
 		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
-		return ctrl.Result{}, r.patchFinalizer(ctx, &b, false)
+		if err := r.patchFinalizer(ctx, &b, false); err != nil {
+			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
+		}
+		return ctrl.Result{}, nil
 	}
 	if obs.cfg == nil || deleting {
 		// Nothing is probed, so nothing else triggers a look at the target.
 		return ctrl.Result{RequeueAfter: withDefaults(b.Spec.Probe).Interval}, nil
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// expectedRetry is how soon an expected race is retried.
+const expectedRetry = 100 * time.Millisecond
+
+// retry handles an error from writing a breaker or its target. A conflict
+// (someone wrote in between) or a NotFound (the breaker was deleted in
+// between) is an expected race: one info line, no stack trace, and a retry
+// that reads again. Anything else is returned for controller-runtime to log
+// as a Reconciler error, because an operator should look at it.
+func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || circuit.IsStale(err) {
+		log.FromContext(ctx).Info(msg, "error", err.Error())
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil // the breaker is gone; its deletion is the next event
+		}
+		return ctrl.Result{RequeueAfter: expectedRetry}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 // observe reads the target uncached and the health the monitor has gathered.
@@ -166,7 +190,9 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 			FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 			LastReason: obs.health.Last.Reason,
 		},
-		Disarmed: b.Status.DisarmedReason != "" && !rearmRequested(b),
+		ProbeUnknown: obs.health.Last.Status == probe.Unknown,
+		ProbeReason:  obs.health.Last.Reason,
+		Disarmed:     b.Status.DisarmedReason != "" && !rearmRequested(b),
 	}
 	if in.Action == "" {
 		in.Action = v1alpha1.OpenActionIgnore
@@ -188,7 +214,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	switch d.Write {
 	case WriteOpen:
 		_, err = w.Open(ctx, obs.cfg, webhook, v1alpha1.CircuitRecord{
-			Breaker: b.Name, BreakerUID: b.UID, Action: b.Spec.OpenAction,
+			Breaker: b.Name, BreakerUID: b.UID, Action: d.Action,
 			OpenedAt: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), Reason: d.Message,
 		})
 	case WriteClose:
@@ -208,7 +234,8 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
 	switch d.Write {
 	case WriteOpen:
-		r.event(b, "Normal", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, b.Spec.OpenAction, webhook, d.Message)
+		// Requests are now admitted without this webhook: a Warning.
+		r.event(b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, d.Action, webhook, d.Message)
 	case WriteClose:
 		r.event(b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s: %s", d.Reason, webhook, d.Message)
 	}
@@ -247,9 +274,9 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	status := computeStatus(b, in, d, obs, after, writeErr, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
 	r.emitConditionEvents(b, status)
-	if d.Reason == ReasonAlreadyFailOpen {
+	if d.Refused {
 		// A refusal that leaves the breaker Ready: report it once, when it starts.
-		if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); prev == nil || prev.Message != d.Message {
+		if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); prev == nil || prev.Reason != d.Reason {
 			r.event(b, "Normal", d.Reason, "Refuse", "%s", d.Message)
 		}
 	}

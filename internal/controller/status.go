@@ -87,18 +87,6 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	if ours != nil && ours.BreakerUID != b.UID {
 		ours = nil
 	}
-	state := v1alpha1.StateClosed
-	switch {
-	case !in.TargetFound || after.RecordErr != nil || d.Reason == ReasonRecordOfOther:
-		state = v1alpha1.StateUnknown
-	case ours != nil:
-		state = v1alpha1.StateOpen
-	}
-	if state != s.State {
-		s.State = state
-		s.LastTransitionTime = &now
-	}
-
 	// The record lives and dies with the configuration: one that is gone, or
 	// was recreated (new UID), carries no record of ours.
 	switch {
@@ -125,6 +113,24 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	case d.Rearm:
 		s.DisarmedReason = ""
 	}
+
+	// The state an operator reads at a glance: Open while tripswitch holds a
+	// change; Unknown when it cannot tell or cannot act on its target;
+	// Disarmed when it will not open for this outage; Closed otherwise.
+	state := v1alpha1.StateClosed
+	switch {
+	case ours != nil:
+		state = v1alpha1.StateOpen
+	case d.Blocked:
+		state = v1alpha1.StateUnknown
+	case s.DisarmedReason != "":
+		state = v1alpha1.StateDisarmed
+	}
+	if state != s.State {
+		s.State = state
+		s.LastTransitionTime = &now
+	}
+	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
 
 	s.Probe = v1alpha1.ProbeStatus{
 		ConsecutiveFailures:  obs.health.ConsecutiveFailures,
@@ -159,8 +165,8 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	} else if s.DisarmedReason == "" {
 		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
 	}
-	if obs.health.Last.Status == probe.Unknown {
-		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, obs.health.Last.Reason)
+	if in.ProbeUnknown {
+		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
 	} else {
 		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
 	}
@@ -171,10 +177,18 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 			reason = ReasonCannotBypass
 		}
 		set(ConditionReady, false, reason, writeErr.Error())
-	case d.Reason == ReasonCorruptRecord || d.Reason == ReasonRecordOfOther || d.Reason == ReasonTargetNotFound:
+	case d.Blocked:
 		set(ConditionReady, false, d.Reason, d.Message)
+	case s.DisarmedReason != "" && ours == nil:
+		set(ConditionReady, false, ReasonDisarmed, "tripswitch will not open this circuit for this outage: "+s.DisarmedReason+"; it re-arms when the webhook is healthy again, or with the "+RearmAnnotation+" annotation")
+	case ours != nil:
+		set(ConditionReady, true, ReasonCircuitOpen, "tripswitch holds the circuit open and will close it when the webhook recovers")
+	case d.Refused:
+		set(ConditionReady, true, d.Reason, d.Message)
+	case in.Mode == v1alpha1.ModeObserve:
+		set(ConditionReady, true, ReasonObserving, "mode is Observe: probing and reporting, never writing")
 	default:
-		set(ConditionReady, true, ReasonReconciled, d.Message)
+		set(ConditionReady, true, ReasonArmed, "tripswitch can open and close this webhook's circuit")
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -52,7 +53,38 @@ func TestAPIServerRejectsBadBreakers(t *testing.T) {
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("create: %v\nwant an Invalid error containing %q", err, tc.wantMsg)
 			}
+			// One message a person can act on: no CEL internals, no second
+			// complaint that follows from the first.
+			for _, noise := range []string{"no such key", "evaluating rule", "type conversion error", "google.protobuf"} {
+				if strings.Contains(err.Error(), noise) {
+					t.Fatalf("create: %v\nthe message leaks %q", err, noise)
+				}
+			}
+			if tc.name == "interval too short" && strings.Contains(err.Error(), "timeout must not exceed") {
+				t.Fatalf("a short interval also reported the default timeout: %v", err)
+			}
 		})
+	}
+}
+
+// TestAPIServerExplainsMalformedDurations: a duration that does not parse
+// gets a message naming the field and the expected form.
+func TestAPIServerExplainsMalformedDurations(t *testing.T) {
+	b := newBed(t)
+	for field, want := range map[string]string{"interval": "probe.interval must be a duration such as 500ms, 2s or 1m", "timeout": "probe.timeout must be a duration such as 250ms or 2s"} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "tripswitch.dev/v1alpha1", "kind": "WebhookCircuitBreaker",
+			"metadata": map[string]any{"name": b.cfg + "-" + field},
+			"spec": map[string]any{
+				"target":                        map[string]any{"kind": "MutatingWebhookConfiguration", "configurationName": "c", "webhookName": target},
+				"allowAdmissionWithoutMutation": true,
+				"probe":                         map[string]any{field: "soon"},
+			},
+		}}
+		err := b.c.Create(b.ctx, u)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "type conversion error") {
+			t.Errorf("%s: soon: %v\nwant only %q", field, err, want)
+		}
 	}
 }
 
