@@ -154,12 +154,9 @@ func Decide(in Input) Decision {
 	case v1alpha1.ModeForceClosed:
 		return decideForceClosed(in)
 	case v1alpha1.ModeForceOpen:
-		// An operator's explicit ForceOpen overrides, and clears, a disarm.
-		disarmed := in.Disarmed
-		in.Disarmed = false
-		d := decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
-		d.Rearm = disarmed
-		return d
+		// A disarm holds here too: never fight a human. Re-arm with the
+		// annotation.
+		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
 	default:
 		return decideAuto(in)
 	}
@@ -213,7 +210,9 @@ func checkExternalChange(in Input) (Decision, bool) {
 		return d, true
 	}
 	d.Write = WriteDrop
-	if in.Health.Verdict() != Healthy {
+	// In ForceOpen health never re-arms, so a healthy webhook is no reason to
+	// reopen over the operator's change either.
+	if in.Health.Verdict() != Healthy || in.Mode == v1alpha1.ModeForceOpen {
 		d.Disarm = "an operator changed the webhook while its circuit was open"
 	}
 	return d, true

@@ -90,7 +90,8 @@ func TestDecide(t *testing.T) {
 		{name: "a webhook that cannot be probed blocks the breaker and writes nothing", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: unknown, ProbeUnknown: true}, wantReason: ReasonProbeUnsupported},
 		{name: "an open circuit whose webhook cannot be probed stays open", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: unknown, ProbeUnknown: true}, wantReason: ReasonProbeUnsupported},
 		{name: "ForceClosed closes even when the webhook cannot be probed", in: Input{Mode: v1alpha1.ModeForceClosed, State: openIgnore, Health: unknown, ProbeUnknown: true}, wantWrite: WriteClose, wantReason: ReasonForceClosed},
-		{name: "ForceOpen overrides and clears a disarm", in: Input{Mode: v1alpha1.ModeForceOpen, State: closedFail, Health: down, Disarmed: true}, wantWrite: WriteOpen, wantReason: ReasonForceOpen, wantRearm: true},
+		{name: "ForceOpen respects a disarm: never fight a human", in: Input{Mode: v1alpha1.ModeForceOpen, State: closedFail, Health: down, Disarmed: true}, wantReason: ReasonDisarmed},
+		{name: "an external change under ForceOpen disarms even with a healthy webhook", in: Input{Mode: v1alpha1.ModeForceOpen, State: adminClosed, Health: up}, wantWrite: WriteDrop, wantReason: ReasonExternalChange, wantDisarm: true},
 		{name: "deleting an Observe breaker still restores what it opened", in: Input{Mode: v1alpha1.ModeObserve, State: openIgnore, Deleting: true}, wantWrite: WriteClose, wantReason: ReasonBreakerDeleted},
 	}
 	for _, tc := range cases {
@@ -134,7 +135,7 @@ func FuzzDecide(f *testing.F) {
 		switch {
 		case d.Write != WriteNone && (!in.TargetFound || in.State.RecordErr != nil || (in.State.Record != nil && !owned)):
 			t.Fatalf("wrote %s to a target it must not touch: %+v", d.Write, in)
-		case d.Write == WriteOpen && ((in.Disarmed && in.Mode != v1alpha1.ModeForceOpen) || in.Deleting || in.Mode == v1alpha1.ModeObserve || in.Mode == v1alpha1.ModeForceClosed):
+		case d.Write == WriteOpen && (in.Disarmed || in.Deleting || in.Mode == v1alpha1.ModeObserve || in.Mode == v1alpha1.ModeForceClosed):
 			t.Fatalf("opened while it must not: %+v", in)
 		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.ProbeUnknown:
 			t.Fatalf("Auto opened a webhook it cannot probe: %+v", in)

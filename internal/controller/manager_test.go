@@ -284,3 +284,35 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 }
+
+// TestEditsAreSeenWhenTheyHappen: with the webhook steady (probes change
+// nothing, so they trigger no reconcile) and the periodic resync a minute
+// away, an administrator's edit of the open circuit is acted on within
+// seconds: the controller watches the approved configuration by name.
+func TestEditsAreSeenWhenTheyHappen(t *testing.T) {
+	b := newBed(t)
+	b.createConfig(nil)
+	wcb := b.createBreaker(b.cfg, func(w *v1alpha1.WebhookCircuitBreaker) {
+		fastBreaker(w)
+		w.Spec.Mode = v1alpha1.ModeForceOpen
+	})
+	p := &switchable{}
+	runManager(t, b.cfg, p, nil)
+	eventually(t, "forced open", func() bool { return hasRecord(b.getConfig()) })
+	time.Sleep(500 * time.Millisecond) // probes saturate: from here on they change nothing
+	start := time.Now()
+	b.setPolicy(admissionregistrationv1.Fail)
+	eventually(t, "the edit seen as an external change", func() bool {
+		got := b.getBreaker(wcb.Name)
+		c := condition(got, controller.ConditionExternalChange)
+		return c.Status == metav1.ConditionTrue && got.Status.State == v1alpha1.StateDisarmed && !hasRecord(b.getConfig())
+	})
+	// ForceOpen does not fight the administrator: still closed a while later.
+	time.Sleep(time.Second)
+	if hasRecord(b.getConfig()) || *hookOf(t, b.getConfig(), target).FailurePolicy != admissionregistrationv1.Fail {
+		t.Fatal("tripswitch reopened over the administrator's change")
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the edit was seen after %s: that is the resync, not the watch", took)
+	}
+}

@@ -48,13 +48,16 @@ type Reconciler struct {
 	// Client reads breakers and writes their status and finalizers, and
 	// patches webhook configurations.
 	Client client.Client
-	// APIReader reads webhook configurations uncached, so RBAC can limit
-	// tripswitch to get and patch the approved names.
+	// APIReader reads webhook configurations uncached: before every write,
+	// and whenever Targets has no synced watch for them.
 	APIReader client.Reader
-	Health    HealthSource
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	Metrics   *Metrics
+	// Targets, if set, watches each target configuration by name and serves
+	// reads that lead to no write; nil reads every time through APIReader.
+	Targets  *Targets
+	Health   HealthSource
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	Metrics  *Metrics
 }
 
 // observed is what one reconcile read.
@@ -62,6 +65,7 @@ type observed struct {
 	cfg    *circuit.Configuration // nil when the configuration is missing
 	state  circuit.State
 	health probe.Observation
+	cached bool // cfg came from a watch, not from the API server
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -72,6 +76,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.Health.Stop(req.Name)
 			r.Metrics.forget(req.Name)
+			if r.Targets != nil {
+				r.Targets.Forget(req.Name)
+			}
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
@@ -89,12 +96,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	obs, err := r.observe(ctx, &b, deleting)
+	obs, err := r.observe(ctx, &b, deleting, false)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	in := r.input(&b, obs, deleting)
 	d := Decide(in)
+	if d.Write != WriteNone {
+		// Never write on what a cache says. The breaker's status (a disarm
+		// written a moment ago) and the target can both lag in their caches:
+		// read both from the API server and decide again.
+		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
+		}
+		deleting = !b.DeletionTimestamp.IsZero()
+		if obs, err = r.observe(ctx, &b, deleting, true); err != nil {
+			return ctrl.Result{}, err
+		}
+		in = r.input(&b, obs, deleting)
+		d = Decide(in)
+	}
 	after, writeErr := r.write(ctx, &b, obs, d)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.conflict(b.Name)
@@ -108,6 +132,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if d.ReleaseFinalizer && writeErr == nil {
 		r.Health.Stop(b.Name)
+		if r.Targets != nil {
+			r.Targets.Forget(b.Name)
+		}
 		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
 		if err := r.patchFinalizer(ctx, &b, false); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
@@ -140,20 +167,33 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 	return ctrl.Result{}, err
 }
 
-// observe reads the target uncached and the health the monitor has gathered.
-func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting bool) (observed, error) {
+// observe reads the target, from its watch when it has synced (unless fresh)
+// or from the API server, and the health the monitor has gathered.
+func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting, fresh bool) (observed, error) {
 	var obs observed
-	obj, err := circuit.NewObject(b.Spec.Target.Kind)
-	if err != nil {
-		return obs, err
+	t := b.Spec.Target
+	var obj client.Object
+	found, cached := false, false
+	if r.Targets != nil && !fresh {
+		obj, found, cached = r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
 	}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: b.Spec.Target.ConfigurationName}, obj); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return obs, fmt.Errorf("get %s %s: %w", b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, err)
+	if !cached {
+		var err error
+		if obj, err = circuit.NewObject(t.Kind); err != nil {
+			return obs, err
 		}
+		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return obs, fmt.Errorf("get %s %s: %w", t.Kind, t.ConfigurationName, err)
+		}
+		found = err == nil
+	}
+	obs.cached = cached
+	if !found {
 		obs.state = circuit.State{Index: -1}
 		return obs, nil
 	}
+	var err error
 	if obs.cfg, err = circuit.View(obj); err != nil {
 		return obs, err
 	}

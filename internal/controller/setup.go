@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,27 +53,43 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		}
 	}
 	probed := make(chan event.GenericEvent, notifyBuffer)
-	monitor := probe.NewMonitor(opts.Prober, opts.Clock, func(key string, res probe.Result) {
-		metrics.ObserveProbe(key, res)
+	enqueue := func(key string) {
 		b := &v1alpha1.WebhookCircuitBreaker{}
 		b.Name = key
 		select {
 		case probed <- event.GenericEvent{Object: b}:
 		default:
 		}
+	}
+	// Every probe is measured; only a probe that changed something is
+	// reconciled, so steady breakers cost no reconciles and no API requests.
+	monitor := probe.NewMonitor(opts.Prober, opts.Clock, func(key string, res probe.Result, changed bool) {
+		metrics.ObserveProbe(key, res)
+		if changed {
+			enqueue(key)
+		}
 	})
 	if err := mgr.Add(monitor); err != nil {
 		return nil, fmt.Errorf("add probe monitor: %w", err)
 	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("create clientset: %w", err)
+	}
+	targets := NewTargets(cs, enqueue)
+	if err := mgr.Add(targets); err != nil {
+		return nil, fmt.Errorf("add target watches: %w", err)
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
+		Targets:   targets,
 		Health:    monitor,
 		Recorder:  mgr.GetEventRecorder("tripswitch"),
 		Clock:     opts.Clock,
 		Metrics:   metrics,
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).
 		WatchesRawSource(source.Channel(probed, &handler.TypedEnqueueRequestForObject[client.Object]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).

@@ -27,12 +27,13 @@ type Observation struct {
 }
 
 // Monitor probes each registered webhook from its own goroutine, at its own
-// interval with jitter, and calls Notify after every probe. It is a
+// interval with jitter, and calls notify after every probe, saying whether
+// the probe changed anything a decision depends on. It is a
 // controller-runtime Runnable: loops run only while Start's context lives,
 // which under leader election means only while this replica leads.
 type Monitor struct {
 	prober Prober
-	notify func(key string, r Result)
+	notify func(key string, r Result, changed bool)
 	clock  clock.WithTicker
 
 	mu    sync.Mutex
@@ -47,8 +48,11 @@ type loop struct {
 }
 
 // NewMonitor returns a monitor using prober. notify is called after every
-// probe, outside any lock; it typically triggers a reconcile.
-func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result)) *Monitor {
+// probe, outside any lock, with changed set when the probe changed the
+// result's status or reason, the verdict its counts add up to, or the
+// endpoint counts: a caller that reconciles only on changed does the same
+// work for 200 steady webhooks as for none.
+func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result, changed bool)) *Monitor {
 	return &Monitor{prober: prober, notify: notify, clock: clk, loops: map[string]*loop{}}
 }
 
@@ -153,9 +157,11 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 			m.mu.Unlock()
 			return
 		}
+		prev := l.obs
 		l.obs = observe(l.obs, r, s)
+		changed := Changed(prev, l.obs, s)
 		m.mu.Unlock()
-		m.notify(key, r)
+		m.notify(key, r, changed)
 		select {
 		case <-ctx.Done():
 			return
@@ -190,4 +196,22 @@ func observe(o Observation, r Result, s Settings) Observation {
 		o.ConsecutiveFailures, o.ConsecutiveSuccesses = 0, 0
 	}
 	return o
+}
+
+// Changed reports whether next differs from prev in anything a decision or
+// an operator reads: the result's status and reason, the verdict (a count
+// reaching its threshold) or the endpoint counts. Counts moving below their
+// thresholds change nothing.
+func Changed(prev, next Observation, s Settings) bool {
+	verdict := func(o Observation) int {
+		switch {
+		case o.ConsecutiveFailures >= s.FailureThreshold:
+			return -1
+		case o.ConsecutiveSuccesses >= s.SuccessThreshold:
+			return 1
+		}
+		return 0
+	}
+	p, n := prev.Last, next.Last
+	return p.Status != n.Status || p.Reason != n.Reason || p.Healthy != n.Healthy || p.Total != n.Total || verdict(prev) != verdict(next)
 }
