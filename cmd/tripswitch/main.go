@@ -1,9 +1,12 @@
 // Command tripswitch is the controller manager: a circuit breaker for
 // admission webhooks that an operator approved with a WebhookCircuitBreaker.
 //
-//	tripswitch [flags]      run the controller
-//	tripswitch --version    print the version
-//	tripswitch --help       list the flags
+//	tripswitch [flags]                     run the controller
+//	tripswitch status [-o table|json]      list the circuits held open, from their records
+//	tripswitch restore CONFIG/WEBHOOK...   restore from a record without the controller
+//	tripswitch restore --all
+//	tripswitch --version                   print the version
+//	tripswitch --help                      list the flags
 //
 // The demo is a binary of its own (cmd/tripswitch-demo), so this one links
 // no test machinery.
@@ -39,13 +42,26 @@ import (
 var version = ""
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "tripswitch:", err)
 		os.Exit(1)
 	}
+}
+
+// dispatch runs a subcommand, or the controller.
+func dispatch(args []string, out io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return runStatus(args[1:], out)
+		case "restore":
+			return runRestore(args[1:], out)
+		}
+	}
+	return run(args, out)
 }
 
 // Version is the build's version: the -X value, else the module version Go
@@ -74,10 +90,13 @@ func newScheme() (*runtime.Scheme, error) {
 type flags struct {
 	kubeconfig                             string
 	metricsAddr, probeAddr, metricsCertDir string
+	pprofAddr                              string
 	metricsSecure                          bool
 	leaderElect                            bool
 	leaderNS                               string
 	leaseDuration, renewDeadline, retry    time.Duration
+	qps                                    float64
+	burst, concurrency                     int
 	showVersion                            bool
 	zap                                    zap.Options
 }
@@ -87,7 +106,11 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet("tripswitch", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: tripswitch [flags]\n\nRuns the tripswitch controller: a circuit breaker for approved admission webhooks.\n\nFlags:\n")
+		fmt.Fprintf(out, "Usage: tripswitch [flags]\n\nRuns the tripswitch controller: a circuit breaker for approved admission webhooks.\n\n"+
+			"Commands (they work without the controller, with your credentials):\n"+
+			"  status                     list the circuits held open, from the records on the webhook configurations\n"+
+			"  restore CONFIG/WEBHOOK...  restore a webhook's original policy from its record (--all for every one)\n\n"+
+			"Flags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, the in-cluster config, then ~/.kube/config")
@@ -100,13 +123,20 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a replica taking over from a leader that died waits up to this long, so it bounds how late a circuit opens or closes after a leader crash")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down; must be less than the lease duration")
 	fs.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.Float64Var(&f.qps, "kube-api-qps", 50, "steady rate of requests to the API server; a quiet controller makes well under 1 per second")
+	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above --kube-api-qps: an outage of every webhook at once costs about 3 per breaker (patch, status, event), all due within a probe interval; the API server's priority and fairness still queues them")
+	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 16, "breakers reconciled in parallel")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	f.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (tripswitch takes flags only; see --help)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore; see --help)", fs.Arg(0))
+	}
+	if f.qps <= 0 || f.burst < 1 || f.concurrency < 1 {
+		return nil, fmt.Errorf("--kube-api-qps, --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)
 	}
 	if f.leaderElect && f.renewDeadline >= f.leaseDuration {
 		return nil, fmt.Errorf("--leader-election-renew-deadline (%s) must be less than --leader-election-lease-duration (%s)", f.renewDeadline, f.leaseDuration)
@@ -165,6 +195,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure, CertDir: f.metricsCertDir}
 	if f.metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -173,6 +204,7 @@ func run(args []string, out io.Writer) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              "tripswitch.dev",
 		LeaderElectionNamespace:       leaseNS,
@@ -184,7 +216,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, Registerer: metrics.Registry}); err != nil {
+	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency}); err != nil {
 		return err
 	}
 	// An open circuit is not a liveness failure: health reports only whether

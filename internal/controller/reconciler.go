@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -48,16 +49,32 @@ type Reconciler struct {
 	// Client reads breakers and writes their status and finalizers, and
 	// patches webhook configurations.
 	Client client.Client
-	// APIReader reads webhook configurations uncached: before every write,
-	// and whenever Targets has no synced watch for them.
+	// APIReader reads uncached: webhook configurations whenever Targets has
+	// no synced watch for them, and a breaker whose cached copy lags.
 	APIReader client.Reader
 	// Targets, if set, watches each target configuration by name and serves
-	// reads that lead to no write; nil reads every time through APIReader.
+	// its reads; nil reads every time through APIReader.
 	Targets  *Targets
 	Health   HealthSource
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	Metrics  *Metrics
+
+	written sync.Map // breaker name -> resourceVersion of the last write to it
+}
+
+// wrote remembers the breaker's resourceVersion after this controller wrote
+// it (or read it fresh).
+func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker) {
+	r.written.Store(b.Name, b.ResourceVersion)
+}
+
+// lagging reports whether b, as read from the cache, is not the version this
+// controller last wrote: the cache has not caught up (or someone else wrote
+// since; either way, a fresh read is due before a decision that writes).
+func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) bool {
+	v, ok := r.written.Load(b.Name)
+	return ok && v.(string) != b.ResourceVersion
 }
 
 // observed is what one reconcile read.
@@ -76,6 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.Health.Stop(req.Name)
 			r.Metrics.forget(req.Name)
+			r.written.Delete(req.Name)
 			if r.Targets != nil {
 				r.Targets.Forget(req.Name)
 			}
@@ -102,18 +120,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	in := r.input(&b, obs, deleting)
 	d := Decide(in)
-	if d.Write != WriteNone {
-		// Never write on what a cache says. The breaker's status (a disarm
-		// written a moment ago) and the target can both lag in their caches:
-		// read both from the API server and decide again.
+	if d.Write != WriteNone && r.lagging(&b) {
+		// The cache has not caught up with the status this controller wrote
+		// last (a disarm a moment ago): read the breaker from the API server
+		// and decide again. A stale target needs no such read: every patch
+		// carries the resourceVersion it was decided on, so a stale one is
+		// refused with a conflict and decided again.
 		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
 			if apierrors.IsNotFound(err) {
 				return ctrl.Result{}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
 		}
+		r.wrote(&b)
 		deleting = !b.DeletionTimestamp.IsZero()
-		if obs, err = r.observe(ctx, &b, deleting, true); err != nil {
+		if obs, err = r.observe(ctx, &b, deleting, false); err != nil {
 			return ctrl.Result{}, err
 		}
 		in = r.input(&b, obs, deleting)
@@ -300,6 +321,7 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCirc
 	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("update finalizer of breaker %s: %w", b.Name, err)
 	}
+	r.wrote(b)
 	return nil
 }
 
@@ -334,6 +356,7 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	if err := r.Client.Status().Update(ctx, b); err != nil {
 		return fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
+	r.wrote(b)
 	return nil
 }
 

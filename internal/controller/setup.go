@@ -1,16 +1,19 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -29,9 +32,30 @@ type Options struct {
 	MaxConcurrentReconciles int
 }
 
-// notifyBuffer bounds pending probe notifications; a full buffer drops one,
-// which only delays a reconcile until the next probe.
-const notifyBuffer = 1024
+// queueRef hands the controller's workqueue, once it starts, to the probe
+// monitor and the target watches: they add breakers to it directly, so no
+// notification is ever dropped (with reconciles only on change, a dropped
+// one would not come again) and a breaker queued twice is reconciled once.
+type queueRef struct {
+	mu sync.Mutex
+	q  workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+func (r *queueRef) start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	r.mu.Lock()
+	r.q = q
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *queueRef) add(breaker string) {
+	r.mu.Lock()
+	q := r.q
+	r.mu.Unlock()
+	if q != nil {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: breaker}})
+	}
+}
 
 // Setup adds the probe monitor and the breaker controller to mgr. Both run
 // only on the elected leader.
@@ -52,15 +76,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	probed := make(chan event.GenericEvent, notifyBuffer)
-	enqueue := func(key string) {
-		b := &v1alpha1.WebhookCircuitBreaker{}
-		b.Name = key
-		select {
-		case probed <- event.GenericEvent{Object: b}:
-		default:
-		}
-	}
+	queue := &queueRef{}
+	enqueue := queue.add
 	// Every probe is measured; only a probe that changed something is
 	// reconciled, so steady breakers cost no reconciles and no API requests.
 	monitor := probe.NewMonitor(opts.Prober, opts.Clock, func(key string, res probe.Result, changed bool) {
@@ -72,7 +89,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := mgr.Add(monitor); err != nil {
 		return nil, fmt.Errorf("add probe monitor: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	// The target watches carry one small object each: without gzip they do
+	// not keep a 32 KiB decompression window per watch.
+	watchCfg := rest.CopyConfig(mgr.GetConfig())
+	watchCfg.DisableCompression = true
+	cs, err := kubernetes.NewForConfig(watchCfg)
 	if err != nil {
 		return nil, fmt.Errorf("create clientset: %w", err)
 	}
@@ -91,7 +112,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).
-		WatchesRawSource(source.Channel(probed, &handler.TypedEnqueueRequestForObject[client.Object]{})).
+		WatchesRawSource(source.Func(queue.start)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Named("webhookcircuitbreaker").
 		Complete(r)

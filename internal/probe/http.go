@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,13 +46,31 @@ type HTTPProber struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// RootCAs is the trust used when caBundle is omitted; nil means the system roots.
 	RootCAs *x509.CertPool
+
+	// transports keeps one keep-alive transport per destination and trust,
+	// as the API server keeps its webhook clients: a steady probe then costs
+	// a request, not a TCP and TLS handshake.
+	transports sync.Map // transportKey -> *http.Transport
+	entries    atomic.Int64
 }
+
+// transportKey identifies a destination and the trust it is probed with.
+type transportKey struct {
+	url, serverName, dialAddr string
+	caBundle                  [sha256.Size]byte // zero: the system roots (or RootCAs)
+}
+
+// maxTransports bounds the pool; past it, the pool starts over (rotating
+// caBundles and churning endpoints are the only way to get there).
+const maxTransports = 4096
 
 // endpoint is a resolved probe destination.
 type endpoint struct {
 	url        string
 	serverName string
 	roots      *x509.CertPool
+	caBundle   [sha256.Size]byte
+	dialAddr   string // set: connect here (one endpoint of a Service) whatever the URL's host
 }
 
 // unprobeable marks a configuration problem: the result is Unknown.
@@ -95,11 +115,9 @@ func (p *HTTPProber) probeEndpoints(ctx context.Context, t Target, ep endpoint) 
 	var wg sync.WaitGroup
 	for i, addr := range t.Endpoints {
 		wg.Go(func() {
-			one := *p
-			one.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-				return p.dial()(ctx, network, addr)
-			}
-			results[i] = one.probeOne(ctx, t, ep)
+			one := ep
+			one.dialAddr = addr
+			results[i] = p.probeOne(ctx, t, one)
 		})
 	}
 	wg.Wait()
@@ -159,19 +177,48 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 }
 
 func (p *HTTPProber) client(ep endpoint) *http.Client {
-	dial := p.dial()
-	// A fresh transport per probe: every probe makes a new connection and TLS
-	// handshake, as a restarted webhook pod would face, and nothing pools.
 	return &http.Client{
-		Transport: &http.Transport{
-			DialContext:       dial,
-			TLSClientConfig:   &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
-			TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
-			Proxy:             nil,
-		},
+		Transport:     p.transport(ep),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// transport returns the pooled transport for ep, creating it on first use.
+// Connections are reused like the API server's webhook client reuses them;
+// a dead webhook still fails its probe, since a request on a broken
+// connection fails and a new connection is refused or times out.
+func (p *HTTPProber) transport(ep endpoint) *http.Transport {
+	key := transportKey{url: ep.url, serverName: ep.serverName, dialAddr: ep.dialAddr, caBundle: ep.caBundle}
+	if t, ok := p.transports.Load(key); ok {
+		return t.(*http.Transport)
+	}
+	dial := p.dial()
+	if ep.dialAddr != "" {
+		dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return p.dial()(ctx, network, ep.dialAddr)
+		}
+	}
+	t := &http.Transport{
+		DialContext:         dial,
+		TLSClientConfig:     &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12},
+		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
+		Proxy:               nil,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	if p.entries.Add(1) > maxTransports {
+		p.transports.Range(func(k, v any) bool {
+			v.(*http.Transport).CloseIdleConnections()
+			p.transports.Delete(k)
+			return true
+		})
+		p.entries.Store(1)
+	}
+	actual, loaded := p.transports.LoadOrStore(key, t)
+	if loaded {
+		p.entries.Add(-1)
+	}
+	return actual.(*http.Transport)
 }
 
 func (p *HTTPProber) resolve(t Target) (endpoint, error) {
@@ -226,6 +273,7 @@ func (p *HTTPProber) resolve(t Target) (endpoint, error) {
 	}
 	ep.url += path
 	if len(cc.CABundle) > 0 {
+		ep.caBundle = sha256.Sum256(cc.CABundle)
 		ep.roots = x509.NewCertPool()
 		if !ep.roots.AppendCertsFromPEM(cc.CABundle) {
 			return ep, cannot("clientConfig.caBundle holds no PEM certificate")
@@ -254,6 +302,9 @@ func newRequest(ctx context.Context, t Target, target string) (*http.Request, ty
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	// A dry-run review has no side effects: let the transport resend it on a
+	// fresh connection when a pooled one turns out to be closed.
+	req.Header["Idempotency-Key"] = []string{string(uid)}
 	return req, uid, nil
 }
 

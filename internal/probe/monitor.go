@@ -198,10 +198,11 @@ func observe(o Observation, r Result, s Settings) Observation {
 	return o
 }
 
-// Changed reports whether next differs from prev in anything a decision or
-// an operator reads: the result's status and reason, the verdict (a count
-// reaching its threshold) or the endpoint counts. Counts moving below their
-// thresholds change nothing.
+// Changed reports whether next differs from prev in anything a decision
+// depends on: the verdict (a count reaching its threshold), whether the
+// webhook can be probed at all (and why not), or the endpoint counts.
+// Probes that only move a count below its threshold change nothing; the
+// status shows the counts as of the last decision.
 func Changed(prev, next Observation, s Settings) bool {
 	verdict := func(o Observation) int {
 		switch {
@@ -213,5 +214,7 @@ func Changed(prev, next Observation, s Settings) bool {
 		return 0
 	}
 	p, n := prev.Last, next.Last
-	return p.Status != n.Status || p.Reason != n.Reason || p.Healthy != n.Healthy || p.Total != n.Total || verdict(prev) != verdict(next)
+	unknown := func(r Result) bool { return r.Status == Unknown }
+	return verdict(prev) != verdict(next) || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
+		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == ""
 }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
+)
+
+// The break-glass commands work without the controller, with the
+// operator's own credentials: they read the records on the webhook
+// configurations and restore with the controller's one-patch protocol.
+
+const statusUsage = `Usage: tripswitch status [--kubeconfig PATH] [-o table|json]
+
+Lists every circuit tripswitch holds open in the cluster, read from the record
+annotations on the webhook configurations: configuration, webhook, action,
+since when, the breaker, whether that breaker still exists, and any reason a
+restore would be refused. Needs list on webhook configurations.
+`
+
+const restoreUsage = `Usage: tripswitch restore [--kubeconfig PATH] [--kind Mutating|Validating] CONFIGURATION/WEBHOOK...
+       tripswitch restore [--kubeconfig PATH] --all
+
+Restores a webhook's original policy from its record and removes the record, in
+one patch conditional on what was read, as the controller would. Refuses when
+the record is unreadable or someone changed what tripswitch set. Use it when
+the controller opened a circuit and is not there to close it.
+`
+
+func clusterClient(kubeconfig string) (client.Client, error) {
+	f := &flags{kubeconfig: kubeconfig}
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+func runStatus(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tripswitch status", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, statusUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	output := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("-o %s: must be table or json", *output)
+	}
+	c, err := clusterClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	circuits, err := breakglass.List(ctx, c)
+	if err != nil {
+		return err
+	}
+	return printCircuits(out, *output, circuits, time.Now())
+}
+
+func printCircuits(out io.Writer, format string, circuits []breakglass.Circuit, now time.Time) error {
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if circuits == nil {
+			circuits = []breakglass.Circuit{}
+		}
+		return enc.Encode(circuits)
+	}
+	if len(circuits) == 0 {
+		_, err := fmt.Fprintln(out, "No open circuits.")
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tCONFIGURATION/WEBHOOK\tACTION\tOPEN FOR\tBREAKER\tBREAKER EXISTS\tRESTORE")
+	for _, c := range circuits {
+		open, restore, exists := "-", "ok", "no"
+		if !c.Since.IsZero() {
+			open = now.Sub(c.Since).Round(time.Second).String()
+		}
+		if c.Problem != "" {
+			restore = "refused: " + c.Problem
+		}
+		if c.BreakerExists {
+			exists = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimSuffix(string(c.Kind), "WebhookConfiguration"), c.Ref(), c.Action, open, c.Breaker, exists, restore)
+	}
+	return w.Flush()
+}
+
+func runRestore(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tripswitch restore", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, restoreUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	all := fs.Bool("all", false, "restore every open circuit tripswitch may restore")
+	kindFlag := fs.String("kind", "", "Mutating or Validating, when both kinds have a configuration of that name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var kind v1alpha1.TargetKind
+	switch strings.ToLower(*kindFlag) {
+	case "":
+	case "mutating":
+		kind = v1alpha1.MutatingWebhookConfiguration
+	case "validating":
+		kind = v1alpha1.ValidatingWebhookConfiguration
+	default:
+		return fmt.Errorf("--kind %s: must be Mutating or Validating", *kindFlag)
+	}
+	if *all == (fs.NArg() > 0) {
+		return errors.New("name circuits as CONFIGURATION/WEBHOOK, or pass --all (not both)")
+	}
+	c, err := clusterClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	type job struct {
+		kind            v1alpha1.TargetKind
+		config, webhook string
+	}
+	var jobs []job
+	if *all {
+		circuits, err := breakglass.List(ctx, c)
+		if err != nil {
+			return err
+		}
+		for _, ci := range circuits {
+			jobs = append(jobs, job{ci.Kind, ci.Configuration, ci.Webhook})
+		}
+		if len(jobs) == 0 {
+			fmt.Fprintln(out, "No open circuits.")
+		}
+	}
+	for _, a := range fs.Args() {
+		config, webhook, ok := strings.Cut(a, "/")
+		if !ok || config == "" || webhook == "" {
+			return fmt.Errorf("%q: want CONFIGURATION/WEBHOOK", a)
+		}
+		jobs = append(jobs, job{kind, config, webhook})
+	}
+	failed := 0
+	for _, j := range jobs {
+		if err := breakglass.Restore(ctx, c, j.kind, j.config, j.webhook); err != nil {
+			failed++
+			fmt.Fprintln(out, "not restored:", err)
+			continue
+		}
+		fmt.Fprintf(out, "restored %s/%s\n", j.config, j.webhook)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d circuits not restored", failed, len(jobs))
+	}
+	return nil
+}

@@ -1,0 +1,428 @@
+// Command scale measures the controller at scale on a real control plane:
+// N webhook configurations, each with one TLS webhook on 127.0.0.1, and N
+// breakers (probe every 1s, 250ms deadline, open after 3 failures, close
+// after 5 successes). It runs the controller binary as a process of its own
+// and prints, as a table: the controller's CPU, RSS and API requests per
+// second in the steady state, the API server's CPU, how long after a fault
+// in every webhook at once the first and last circuit opened, how long after
+// recovery they closed, and whether every configuration is byte-identical to
+// its original afterwards.
+//
+//	go run ./hack/scale -n 200
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+var pprofAddr *string
+
+const (
+	interval         = time.Second
+	failureThreshold = 3
+	successThreshold = 5
+	recordPrefix     = "tripswitch.dev/circuit."
+)
+
+func main() {
+	n := flag.Int("n", 200, "breakers (and webhook configurations)")
+	steady := flag.Duration("steady", 30*time.Second, "how long to measure the steady state")
+	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
+	flag.Parse()
+	if err := run(*n, *steady); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, steady time.Duration) error {
+	ctx := context.Background()
+	env, err := testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	c := env.Client
+
+	var down atomic.Bool
+	addrs, caPEM, stopHook, err := webhookServers(n, &down)
+	if err != nil {
+		return err
+	}
+	defer stopHook()
+
+	fmt.Printf("creating %d webhook configurations and breakers...\n", n)
+	originals := map[string]string{}
+	for i := range n {
+		cfg := configuration(i, addrs[i], caPEM)
+		if err := c.Create(ctx, cfg); err != nil {
+			return err
+		}
+		originals[cfg.Name] = fingerprint(cfg)
+		if err := c.Create(ctx, breaker(i)); err != nil {
+			return err
+		}
+	}
+
+	ctrlProc, metricsAddr, err := startController(env)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ctrlProc.Process.Kill(); _, _ = ctrlProc.Process.Wait() }()
+
+	fmt.Println("waiting for every breaker to be Closed, Ready and past its healthy verdict...")
+	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) { return allReady(ctx, c, n) }); err != nil {
+		return fmt.Errorf("breakers never all Ready: %w", err)
+	}
+	time.Sleep(2 * interval) // let the last reconciles settle
+
+	apiserver := findProcess("kube-apiserver")
+	cpu0, api0, byKind0 := cpuSeconds(ctrlProc.Process.Pid), cpuSeconds(apiserver), requests(metricsAddr)
+	time.Sleep(steady)
+	cpu1, api1, byKind1 := cpuSeconds(ctrlProc.Process.Pid), cpuSeconds(apiserver), requests(metricsAddr)
+	var req0, req1 float64
+	for k, v := range byKind1 {
+		req0, req1 = req0+byKind0[k], req1+v
+		if d := v - byKind0[k]; d > 0 {
+			fmt.Printf("  steady-state requests %s: %.0f\n", k, d)
+		}
+	}
+	secs := steady.Seconds()
+	rss := rssMiB(ctrlProc.Process.Pid)
+
+	fmt.Println("fault in every webhook...")
+	down.Store(true)
+	faultAt := time.Now()
+	firstOpen, lastOpen, err := until(ctx, c, n, faultAt, func(open int) bool { return open == n })
+	if err != nil {
+		return fmt.Errorf("outage: %w", err)
+	}
+	down.Store(false)
+	recoverAt := time.Now()
+	firstClose, lastClose, err := until(ctx, c, n, recoverAt, func(open int) bool { return open == 0 })
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	changed, err := compare(ctx, c, originals)
+	if err != nil {
+		return err
+	}
+	rssAfter := rssMiB(ctrlProc.Process.Pid)
+
+	fmt.Printf("\n| breakers | controller CPU | controller API req/s | API server CPU | controller RSS | fault → first open | fault → last open (goal %s) | recovery → first closed | recovery → last closed (goal %s) | configurations changed after |\n",
+		failureThreshold*interval+time.Second, successThreshold*interval+time.Second)
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| %d | %.1f %% | %.2f | %.1f %% | %.0f MiB (after the storm: %.0f) | %.2f s | %.2f s | %.2f s | %.2f s | %d |\n",
+		n, 100*(cpu1-cpu0)/secs, (req1-req0)/secs, 100*(api1-api0)/secs, rss, rssAfter,
+		firstOpen.Seconds(), lastOpen.Seconds(), firstClose.Seconds(), lastClose.Seconds(), changed)
+	if changed > 0 {
+		return fmt.Errorf("%d configurations differ from their originals", changed)
+	}
+	return nil
+}
+
+// webhookServers serve /healthz with TLS on n ports of 127.0.0.1, one per
+// webhook as n real webhook services would be: 200, or 503 while down.
+func webhookServers(n int, down *atomic.Bool) (addrs []string, caPEM []byte, stop func(), err error) {
+	ca, err := selfsigned.NewCA("scale-ca")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if down.Load() {
+			http.Error(w, "injected fault", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	var servers []*http.Server
+	stop = func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		srv := &http.Server{
+			Handler:           handler,
+			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+			ReadHeaderTimeout: 5 * time.Second,
+		}
+		servers = append(servers, srv)
+		addrs = append(addrs, l.Addr().String())
+		go func() { _ = srv.ServeTLS(l, "", "") }()
+	}
+	return addrs, ca.PEM, stop, nil
+}
+
+func configuration(i int, addr string, caPEM []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	name := fmt.Sprintf("scale-%04d", i)
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "w." + name + ".tripswitch.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate"), CABundle: caPEM},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			// The API server never calls it: only the controller's probes do.
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"scale": "never"}},
+		}},
+	}
+}
+
+func breaker(i int) *v1alpha1.WebhookCircuitBreaker {
+	name := fmt.Sprintf("scale-%04d", i)
+	return &v1alpha1.WebhookCircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.WebhookCircuitBreakerSpec{
+			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: name, WebhookName: "w." + name + ".tripswitch.test"},
+			AllowAdmissionWithoutMutation: true,
+			Probe: v1alpha1.ProbeSpec{
+				Interval: &metav1.Duration{Duration: interval}, Timeout: &metav1.Duration{Duration: 250 * time.Millisecond},
+				FailureThreshold: failureThreshold, SuccessThreshold: successThreshold,
+			},
+		},
+	}
+}
+
+// fingerprint is what must come back exactly: the webhooks and annotations.
+func fingerprint(cfg *admissionregistrationv1.MutatingWebhookConfiguration) string {
+	b, _ := json.Marshal(struct {
+		Webhooks    []admissionregistrationv1.MutatingWebhook
+		Annotations map[string]string
+	}{cfg.Webhooks, cfg.Annotations})
+	return string(b)
+}
+
+func startController(env *testenv.Env) (*exec.Cmd, string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "tripswitch-scale-")
+	if err != nil {
+		return nil, "", err
+	}
+	bin := filepath.Join(dir, "tripswitch")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tripswitch")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("build controller: %w\n%s", err, out)
+	}
+	kc, err := env.AdminKubeconfig()
+	if err != nil {
+		return nil, "", err
+	}
+	kcPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		return nil, "", err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	metricsAddr := l.Addr().String()
+	_ = l.Close()
+	logFile, err := os.Create(filepath.Join(dir, "controller.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	args := []string{"--kubeconfig", kcPath, "--leader-elect=false", "--metrics-secure=false",
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address=0"}
+	if *pprofAddr != "" {
+		args = append(args, "--pprof-bind-address", *pprofAddr)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	fmt.Println("controller log:", logFile.Name())
+	return cmd, metricsAddr, nil
+}
+
+func allReady(ctx context.Context, c client.Client, n int) (bool, error) {
+	var list v1alpha1.WebhookCircuitBreakerList
+	if err := c.List(ctx, &list); err != nil {
+		return false, err
+	}
+	ready := 0
+	for _, b := range list.Items {
+		for _, cond := range b.Status.Conditions {
+			// Ready, closed, and the healthy verdict reached (its status write done).
+			if cond.Type == "Ready" && cond.Status == metav1.ConditionTrue && b.Status.State == v1alpha1.StateClosed && b.Status.Probe.ConsecutiveSuccesses >= successThreshold {
+				ready++
+			}
+		}
+	}
+	return ready == n, nil
+}
+
+// until polls the configurations every 100ms until done(open) holds, and
+// returns when the count of open ones first and last changed after start.
+func until(ctx context.Context, c client.Client, n int, start time.Time, done func(open int) bool) (first, last time.Duration, err error) {
+	prev := -1
+	deadline := start.Add(2 * time.Minute)
+	for {
+		var list admissionregistrationv1.MutatingWebhookConfigurationList
+		if err := c.List(ctx, &list); err != nil {
+			return 0, 0, err
+		}
+		open := 0
+		for _, cfg := range list.Items {
+			for k := range cfg.Annotations {
+				if strings.HasPrefix(k, recordPrefix) {
+					open++
+				}
+			}
+		}
+		now := time.Since(start)
+		if prev >= 0 && open != prev {
+			if first == 0 {
+				first = now
+			}
+			last = now
+		}
+		prev = open
+		if done(open) {
+			return first, last, nil
+		}
+		if time.Now().After(deadline) {
+			return first, last, fmt.Errorf("%d of %d circuits open after 2 minutes", open, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func compare(ctx context.Context, c client.Client, originals map[string]string) (int, error) {
+	var list admissionregistrationv1.MutatingWebhookConfigurationList
+	if err := c.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	changed := 0
+	for i := range list.Items {
+		if want, ok := originals[list.Items[i].Name]; ok && fingerprint(&list.Items[i]) != want {
+			changed++
+		}
+	}
+	return changed, nil
+}
+
+func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		last = err
+		time.Sleep(time.Second)
+	}
+	return errors.Join(errors.New("timed out"), last)
+}
+
+// cpuSeconds is a process's user+system CPU time from /proc.
+func cpuSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+func rssMiB(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// findProcess returns the newest process whose command line starts with name.
+func findProcess(name string) int {
+	entries, _ := os.ReadDir("/proc")
+	best := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.HasSuffix(strings.SplitN(string(cmdline), "\x00", 2)[0], "/"+name) && pid > best {
+			best = pid
+		}
+	}
+	return best
+}
+
+// requests reads the controller's client-go request counters, by label set.
+func requests(addr string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		if rest, ok := strings.CutPrefix(line, "rest_client_requests_total{"); ok {
+			i := strings.LastIndexByte(rest, ' ')
+			v, _ := strconv.ParseFloat(rest[i+1:], 64)
+			out[rest[:i]] += v
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+// Package breakglass finds and restores the circuits tripswitch holds open,
+// from the records on the webhook configurations themselves, for when the
+// controller is not there to do it: it opened a circuit and then died, or it
+// was uninstalled in the wrong order. It uses the controller's own one-patch
+// protocol and ownership rules, with the operator's credentials.
+package breakglass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+)
+
+// Circuit is one open circuit, as its record describes it.
+type Circuit struct {
+	Kind          v1alpha1.TargetKind `json:"kind"`
+	Configuration string              `json:"configuration"`
+	Webhook       string              `json:"webhook"`
+	Action        v1alpha1.OpenAction `json:"action,omitempty"`
+	Since         time.Time           `json:"since,omitzero"`
+	Breaker       string              `json:"breaker,omitempty"`
+	// BreakerExists: a WebhookCircuitBreaker with the record's name and UID
+	// still exists (if not, nothing but a restore will close this circuit).
+	BreakerExists bool `json:"breakerExists"`
+	// Problem, when set, is why tripswitch would not restore it: the record
+	// is unreadable, or someone changed what tripswitch set.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Ref is CONFIGURATION/WEBHOOK.
+func (c Circuit) Ref() string { return c.Configuration + "/" + c.Webhook }
+
+// kinds are the configuration kinds records can be on.
+var kinds = []v1alpha1.TargetKind{v1alpha1.MutatingWebhookConfiguration, v1alpha1.ValidatingWebhookConfiguration}
+
+// List returns every circuit recorded open in the cluster, sorted. It lists
+// every webhook configuration, so it needs an operator's list permission,
+// not the controller's.
+func List(ctx context.Context, c client.Client) ([]Circuit, error) {
+	var out []Circuit
+	for _, kind := range kinds {
+		objs, err := configurations(ctx, c, kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			cfg, err := circuit.View(obj)
+			if err != nil {
+				return nil, err
+			}
+			for key, value := range obj.GetAnnotations() {
+				webhook, ok := strings.CutPrefix(key, circuit.AnnotationPrefix)
+				if !ok {
+					continue
+				}
+				// A long webhook name is hashed in the key; the record names it in full.
+				var rec v1alpha1.CircuitRecord
+				if json.Unmarshal([]byte(value), &rec) == nil && rec.Webhook != "" {
+					webhook = rec.Webhook
+				}
+				out = append(out, describe(ctx, c, kind, cfg, webhook))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Circuit) int { return strings.Compare(string(a.Kind)+a.Ref(), string(b.Kind)+b.Ref()) })
+	return out, nil
+}
+
+func configurations(ctx context.Context, c client.Client, kind v1alpha1.TargetKind) ([]client.Object, error) {
+	var objs []client.Object
+	switch kind {
+	case v1alpha1.MutatingWebhookConfiguration:
+		var l admissionregistrationv1.MutatingWebhookConfigurationList
+		if err := c.List(ctx, &l); err != nil {
+			return nil, fmt.Errorf("list %ss: %w", kind, err)
+		}
+		for i := range l.Items {
+			objs = append(objs, &l.Items[i])
+		}
+	default:
+		var l admissionregistrationv1.ValidatingWebhookConfigurationList
+		if err := c.List(ctx, &l); err != nil {
+			return nil, fmt.Errorf("list %ss: %w", kind, err)
+		}
+		for i := range l.Items {
+			objs = append(objs, &l.Items[i])
+		}
+	}
+	return objs, nil
+}
+
+// describe reads one record and says whether tripswitch could restore it.
+func describe(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, cfg *circuit.Configuration, webhook string) Circuit {
+	out := Circuit{Kind: kind, Configuration: cfg.Object.GetName(), Webhook: webhook}
+	st := circuit.Inspect(cfg, webhook)
+	switch {
+	case st.RecordErr != nil:
+		out.Problem = "the record is unreadable: " + st.RecordErr.Error()
+		return out
+	case st.Record == nil:
+		out.Problem = "no record"
+		return out
+	}
+	rec := st.Record
+	out.Action, out.Since, out.Breaker = rec.Action, rec.OpenedAt.Time, rec.Breaker
+	var b v1alpha1.WebhookCircuitBreaker
+	if err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b); err == nil && b.UID == rec.BreakerUID {
+		out.BreakerExists = true
+	}
+	switch {
+	case st.Index < 0:
+		out.Problem = "the webhook is no longer in the configuration"
+	case !st.Intact():
+		out.Problem = "someone changed what tripswitch set; restoring would overwrite their change"
+	}
+	return out
+}
+
+// ErrRefused is matched by a restore that tripswitch's ownership rules forbid.
+var ErrRefused = errors.New("refused")
+
+// Restore closes the circuit of webhook in the configuration named config:
+// it restores exactly what the record says tripswitch changed and removes
+// the record, in one patch conditional on the version read. kind may be
+// empty when only one kind of configuration has that name. It refuses, with
+// an error matching ErrRefused, when the record is unreadable or what
+// tripswitch set was changed by someone else.
+func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config, webhook string) error {
+	var lastErr error
+	for range 5 { // a concurrent writer makes the patch conflict: read again
+		cfg, k, err := read(ctx, c, kind, config)
+		if err != nil {
+			return err
+		}
+		st := circuit.Inspect(cfg, webhook)
+		ref := fmt.Sprintf("%s %s, webhook %s", k, config, webhook)
+		switch {
+		case st.RecordErr != nil:
+			return fmt.Errorf("%w: %s: the record is unreadable (%v); fix or remove annotation %s by hand", ErrRefused, ref, st.RecordErr, circuit.AnnotationKey(webhook))
+		case st.Record == nil:
+			return fmt.Errorf("%s: no circuit record: tripswitch holds nothing open there", ref)
+		case st.Index < 0:
+			return fmt.Errorf("%w: %s: the webhook is no longer in the configuration; remove annotation %s by hand", ErrRefused, ref, circuit.AnnotationKey(webhook))
+		case !st.Intact():
+			return fmt.Errorf("%w: %s: someone changed what tripswitch set (%s), so restoring would overwrite their change; if the current value is wrong, fix the webhook and remove annotation %s by hand", ErrRefused, ref, st.Record.Action, circuit.AnnotationKey(webhook))
+		}
+		err = circuit.Writer{Client: c}.Close(ctx, cfg, webhook, st.Record)
+		if err == nil {
+			return nil
+		}
+		if !circuit.IsStale(err) {
+			return fmt.Errorf("restore %s: %w", ref, err)
+		}
+		lastErr = err
+	}
+	return fmt.Errorf("restore %s/%s: the configuration kept changing: %w", config, webhook, lastErr)
+}
+
+// read finds the configuration named config, of kind or of whichever kind
+// has one by that name.
+func read(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config string) (*circuit.Configuration, v1alpha1.TargetKind, error) {
+	try := kinds
+	if kind != "" {
+		try = []v1alpha1.TargetKind{kind}
+	}
+	var found []client.Object
+	var foundKind v1alpha1.TargetKind
+	for _, k := range try {
+		obj, err := circuit.NewObject(k)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: config}, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, "", fmt.Errorf("get %s %s: %w", k, config, err)
+		}
+		found, foundKind = append(found, obj), k
+	}
+	switch len(found) {
+	case 0:
+		return nil, "", fmt.Errorf("no webhook configuration named %s", config)
+	case 1:
+		cfg, err := circuit.View(found[0])
+		return cfg, foundKind, err
+	}
+	return nil, "", fmt.Errorf("both a mutating and a validating configuration are named %s: say which with --kind", config)
+}
