@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -166,40 +165,28 @@ func (t *Targets) changed(key targetKey) {
 
 func (t *Targets) newInformer(key targetKey) cache.SharedIndexInformer {
 	selector := fields.OneTermEqualSelector("metadata.name", key.name).String()
-	opts := func(o metav1.ListOptions) metav1.ListOptions { o.FieldSelector = selector; return o }
 	api := t.client.AdmissionregistrationV1()
-	var lw *cache.ListWatch
-	var obj runtime.Object
-	switch key.kind {
-	case v1alpha1.ValidatingWebhookConfiguration:
+	if key.kind == v1alpha1.ValidatingWebhookConfiguration {
 		c := api.ValidatingWebhookConfigurations()
-		obj = &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.List(ctx, opts(o))
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.Watch(ctx, opts(o))
-			},
-		}
-	default:
-		c := api.MutatingWebhookConfigurations()
-		obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.List(ctx, opts(o))
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.Watch(ctx, opts(o))
-			},
-		}
+		return cache.NewSharedIndexInformer(byName(selector, c.List, c.Watch), &admissionregistrationv1.ValidatingWebhookConfiguration{}, 0, cache.Indexers{})
 	}
-	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	c := api.MutatingWebhookConfigurations()
+	return cache.NewSharedIndexInformer(byName(selector, c.List, c.Watch), &admissionregistrationv1.MutatingWebhookConfiguration{}, 0, cache.Indexers{})
 }
 
-// String describes the watcher for logs.
-func (t *Targets) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return fmt.Sprintf("%d target watches for %d breakers", len(t.watches), len(t.breakers))
+// byName lists and watches with the field selector that picks one name.
+func byName[L runtime.Object](selector string,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return watchFn(ctx, o)
+		},
+	}
 }

@@ -15,10 +15,14 @@ import (
 )
 
 var (
-	admittedColor = color.RGBA{R: 0x1b, G: 0x9e, B: 0x3e, A: 0xff}
-	rejectedColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	openBand      = color.NRGBA{R: 0xff, G: 0xa0, B: 0x20, A: 0x60}
-	faultBand     = color.NRGBA{R: 0x80, G: 0x80, B: 0x80, A: 0x30}
+	admittedColor   = color.RGBA{R: 0x1b, G: 0x9e, B: 0x3e, A: 0xff}
+	recoveringColor = color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff}
+	rejectedColor   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	// Three bands that never overlap, so every shade on the picture is in
+	// the legend.
+	faultClosedBand = color.NRGBA{R: 0x80, G: 0x80, B: 0x80, A: 0x40}
+	faultOpenBand   = color.NRGBA{R: 0xff, G: 0x90, B: 0x10, A: 0x70}
+	healedOpenBand  = color.NRGBA{R: 0xff, G: 0xd0, B: 0x80, A: 0x50}
 )
 
 // WriteTimeline draws every create's latency over time, admitted and rejected
@@ -79,26 +83,34 @@ func runPlot(r Run) (*plot.Plot, error) {
 	p.Y.Label.Text = "ConfigMap create latency (ms)"
 	p.Add(plotter.NewGrid())
 
-	var ok, rejected plotter.XYs
+	var ok, recovering, rejected plotter.XYs
 	top := 0.0
 	for _, s := range r.Samples {
 		pt := plotter.XY{X: s.At.Seconds(), Y: float64(s.Latency.Microseconds()) / 1000}
 		top = max(top, pt.Y)
-		if s.Admitted {
-			ok = append(ok, pt)
-		} else {
+		switch {
+		case !s.Admitted:
 			rejected = append(rejected, pt)
+		case s.Phase == PhaseRecovering:
+			recovering = append(recovering, pt)
+		default:
+			ok = append(ok, pt)
 		}
 	}
-	top *= 1.1
+	// Headroom above the data for the legend, so it never covers a point.
+	top *= 1.6
 	for _, b := range []struct {
 		from, to float64
 		c        color.Color
 		name     string
 	}{
-		{r.FaultAt.Seconds(), r.RecoveredAt.Seconds(), faultBand, "webhook delayed"},
-		{r.OpenedAt.Seconds(), r.ClosedAt.Seconds(), openBand, "circuit open"},
+		{r.FaultAt.Seconds(), r.OpenedAt.Seconds(), faultClosedBand, "webhook delayed, circuit closed"},
+		{r.OpenedAt.Seconds(), r.RecoveredAt.Seconds(), faultOpenBand, "webhook delayed, circuit open"},
+		{r.RecoveredAt.Seconds(), r.ClosedAt.Seconds(), healedOpenBand, "webhook healthy, circuit still open"},
 	} {
+		if b.to <= b.from {
+			continue
+		}
 		poly, err := plotter.NewPolygon(plotter.XYs{{X: b.from, Y: 0}, {X: b.to, Y: 0}, {X: b.to, Y: top}, {X: b.from, Y: top}})
 		if err != nil {
 			return nil, err
@@ -113,8 +125,9 @@ func runPlot(r Run) (*plot.Plot, error) {
 		shape draw.GlyphDrawer
 		name  string
 	}{
-		{ok, admittedColor, draw.CircleGlyph{}, "admitted"},
-		{rejected, rejectedColor, draw.CrossGlyph{}, "rejected"},
+		{ok, admittedColor, draw.CircleGlyph{}, "create admitted"},
+		{recovering, recoveringColor, draw.TriangleGlyph{}, "create admitted while waiting for the circuit to close"},
+		{rejected, rejectedColor, draw.CrossGlyph{}, "create rejected"},
 	} {
 		if len(set.xys) == 0 {
 			continue
@@ -128,6 +141,7 @@ func runPlot(r Run) (*plot.Plot, error) {
 		p.Legend.Add(set.name, sc)
 	}
 	p.Legend.Top = true
-	p.Y.Min = 0
+	p.Legend.Left = false
+	p.Y.Min, p.Y.Max = 0, top
 	return p, nil
 }
