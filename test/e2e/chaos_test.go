@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ type cluster struct {
 	kubeconfig string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	hook, err := slowhook.Start()
@@ -245,4 +246,49 @@ func TestLeaderFailover(t *testing.T) {
 	if now, err := holder(t.Context()); err != nil || now == first || now == "" {
 		t.Fatalf("lease holder after failover = %q (%v), first was %q", now, err, first)
 	}
+}
+
+// BenchmarkLeaderFailover measures how long after a SIGKILL of the leader
+// the circuit it held open is closed by the standby once the webhook has
+// recovered, for the default lease (15s duration, 10s renew deadline, 2s
+// retry) and a short one (5s, 3s, 1s): what a crash costs, against how
+// often the Lease is written. Each iteration starts a fresh leader and
+// standby. Run it with
+// go test -run '^$' -bench LeaderFailover -benchtime 5x ./test/e2e
+func BenchmarkLeaderFailover(b *testing.B) {
+	for _, l := range []struct{ duration, renew, retry string }{{"15s", "10s", "2s"}, {"5s", "3s", "1s"}} {
+		b.Run("lease="+l.duration, func(b *testing.B) {
+			failover(b, "--leader-election-lease-duration="+l.duration, "--leader-election-renew-deadline="+l.renew, "--leader-election-retry-period="+l.retry)
+		})
+	}
+}
+
+func failover(b *testing.B, lease ...string) {
+	cl := newCluster(b)
+	var took []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		leader := startController(b, cl.kubeconfig, fmt.Sprintf("leader-%d", i), lease...)
+		cl.hook.SetDelay(2 * time.Second)
+		// A leader from the previous iteration is dead, so this one may first
+		// wait out that lease.
+		eventually(b, 60*time.Second, "circuit open under the new leader", func(ctx context.Context) (bool, error) {
+			return cl.converged(ctx, true, adminState{})
+		})
+		standby := startController(b, cl.kubeconfig, fmt.Sprintf("standby-%d", i), lease...)
+		time.Sleep(3 * time.Second) // the standby is up and waiting for the lease
+		leader.kill()
+		cl.hook.SetDelay(0)
+		start := time.Now()
+		eventually(b, 60*time.Second, "the standby to close the circuit", func(ctx context.Context) (bool, error) {
+			return cl.converged(ctx, false, adminState{})
+		})
+		took = append(took, time.Since(start))
+		standby.kill()
+	}
+	slices.Sort(took)
+	b.ReportMetric(took[len(took)/2].Seconds(), "s-p50-converged")
+	b.ReportMetric(took[len(took)-1].Seconds(), "s-max-converged")
+	b.Logf("SIGKILL of the leader to circuit closed by the standby: %v", took)
 }

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 
 // process is a running controller.
 type process struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -74,7 +74,7 @@ func kubeconfigFile(t *testing.T, cfg *rest.Config) string {
 // startController runs the binary with fast leader election against the
 // cluster in kubeconfig, logging to the test's temp directory. Extra flags
 // come last, so they override the defaults above.
-func startController(t *testing.T, kubeconfig, name string, extra ...string) *process {
+func startController(t testing.TB, kubeconfig, name string, extra ...string) *process {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -123,7 +123,7 @@ func tail(b []byte, n int) []byte {
 }
 
 // eventually polls cond every 50ms for up to limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+func eventually(t testing.TB, limit time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	ctx := t.Context()
 	deadline := time.Now().Add(limit)
