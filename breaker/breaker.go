@@ -248,14 +248,14 @@ func (pm *Permit) DoneErr(err error) {
 	}
 }
 
-// Rates are a window's failure and slow-call percentages, each -1 while
+// percentages are a window's failure and slow-call rates, each -1 while
 // fewer than the minimum number of calls were counted for it.
-type Rates struct {
+type percentages struct {
 	Failure, SlowCall float64
 }
 
-func (b *Breaker) rates(c counts) Rates {
-	r := Rates{Failure: -1, SlowCall: -1}
+func (b *Breaker) rates(c counts) percentages {
+	r := percentages{Failure: -1, SlowCall: -1}
 	min := max(int64(b.cfg.MinimumNumberOfCalls), 1)
 	if c.calls >= min {
 		r.Failure = float64(c.failures) * 100 / float64(c.calls)
@@ -267,7 +267,7 @@ func (b *Breaker) rates(c counts) Rates {
 }
 
 // exceeded reports which thresholds r reaches.
-func (b *Breaker) exceeded(r Rates) (failing, slow bool) {
+func (b *Breaker) exceeded(r percentages) (failing, slow bool) {
 	return r.Failure >= b.cfg.FailureRateThreshold, r.SlowCall >= b.cfg.SlowCallRateThreshold
 }
 
@@ -292,7 +292,7 @@ func (b *Breaker) check(p *phase, c counts) {
 
 // reportCrossings publishes a rate-exceeded event when a rate reaches its
 // threshold after having been below it (or below the minimum of calls).
-func (b *Breaker) reportCrossings(p *phase, r Rates, failing, slow bool) {
+func (b *Breaker) reportCrossings(p *phase, r percentages, failing, slow bool) {
 	crossed := func(seen *atomic.Bool, above bool) bool {
 		if above {
 			return !seen.Load() && seen.CompareAndSwap(false, true)
@@ -319,7 +319,7 @@ func (b *Breaker) reportCrossings(p *phase, r Rates, failing, slow bool) {
 // decideHalfOpen closes or reopens after the last trial call.
 func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
 	n := float64(b.cfg.PermittedNumberOfCallsInHalfOpenState)
-	r := Rates{Failure: float64(p.failures.Load()) * 100 / n, SlowCall: float64(p.slow.Load()) * 100 / n}
+	r := percentages{Failure: float64(p.failures.Load()) * 100 / n, SlowCall: float64(p.slow.Load()) * 100 / n}
 	if failing, slow := b.exceeded(r); failing || slow {
 		b.transition(p, Open, now, &r)
 		return
@@ -334,7 +334,7 @@ func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
 // Resilience4j. r, when known, are the rates that decided the transition:
 // they are reported on the event, and an opening they caused is preceded by
 // a rate-exceeded event for each rate at or above its threshold.
-func (b *Breaker) transition(from *phase, to State, now time.Time, r *Rates) *phase {
+func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentages) *phase {
 	b.mu.Lock()
 	cur := b.cur.Load()
 	if from != nil && cur != from {

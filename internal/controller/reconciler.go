@@ -82,7 +82,6 @@ type observed struct {
 	cfg    *circuit.Configuration // nil when the configuration is missing
 	state  circuit.State
 	health probe.Observation
-	cached bool // cfg came from a watch, not from the API server
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -114,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	obs, err := r.observe(ctx, &b, deleting, false)
+	obs, err := r.observe(ctx, &b, deleting)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -134,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		r.wrote(&b)
 		deleting = !b.DeletionTimestamp.IsZero()
-		if obs, err = r.observe(ctx, &b, deleting, false); err != nil {
+		if obs, err = r.observe(ctx, &b, deleting); err != nil {
 			return ctrl.Result{}, err
 		}
 		in = r.input(&b, obs, deleting)
@@ -188,14 +187,14 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 	return ctrl.Result{}, err
 }
 
-// observe reads the target, from its watch when it has synced (unless fresh)
+// observe reads the target, from its watch when it has synced
 // or from the API server, and the health the monitor has gathered.
-func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting, fresh bool) (observed, error) {
+func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting bool) (observed, error) {
 	var obs observed
 	t := b.Spec.Target
 	var obj client.Object
 	found, cached := false, false
-	if r.Targets != nil && !fresh {
+	if r.Targets != nil {
 		obj, found, cached = r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
 	}
 	if !cached {
@@ -209,7 +208,6 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		}
 		found = err == nil
 	}
-	obs.cached = cached
 	if !found {
 		obs.state = circuit.State{Index: -1}
 		return obs, nil
