@@ -52,6 +52,9 @@ type HTTPProber struct {
 	// a request, not a TCP and TLS handshake.
 	transports sync.Map // transportKey -> *http.Transport
 	entries    atomic.Int64
+	// pools caches each caBundle's parsed certificates by its hash.
+	pools       sync.Map // [sha256.Size]byte -> *x509.CertPool (nil: no PEM certificate)
+	poolEntries atomic.Int64
 }
 
 // transportKey identifies a destination and the trust it is probed with.
@@ -183,6 +186,25 @@ func (p *HTTPProber) client(ep endpoint) *http.Client {
 	}
 }
 
+// pool returns the certificate pool of a caBundle, parsed once per bundle
+// (a steady probe would otherwise parse it every time), or nil when it holds
+// no PEM certificate.
+func (p *HTTPProber) pool(sum [sha256.Size]byte, pemBytes []byte) *x509.CertPool {
+	if v, ok := p.pools.Load(sum); ok {
+		return v.(*x509.CertPool)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		pool = nil
+	}
+	if p.poolEntries.Add(1) > maxTransports {
+		p.pools.Clear()
+		p.poolEntries.Store(1)
+	}
+	p.pools.Store(sum, pool)
+	return pool
+}
+
 // transport returns the pooled transport for ep, creating it on first use.
 // Connections are reused like the API server's webhook client reuses them;
 // a dead webhook still fails its probe, since a request on a broken
@@ -274,8 +296,7 @@ func (p *HTTPProber) resolve(t Target) (endpoint, error) {
 	ep.url += path
 	if len(cc.CABundle) > 0 {
 		ep.caBundle = sha256.Sum256(cc.CABundle)
-		ep.roots = x509.NewCertPool()
-		if !ep.roots.AppendCertsFromPEM(cc.CABundle) {
+		if ep.roots = p.pool(ep.caBundle, cc.CABundle); ep.roots == nil {
 			return ep, cannot("clientConfig.caBundle holds no PEM certificate")
 		}
 	} else {
