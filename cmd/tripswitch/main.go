@@ -125,7 +125,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "steady rate of requests to the API server; a quiet controller makes well under 1 per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above --kube-api-qps: an outage of every webhook at once costs about 3 per breaker (patch, status, event), all due within a probe interval; the API server's priority and fairness still queues them")
-	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 16, "breakers reconciled in parallel")
+	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 32, "breakers reconciled in parallel")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	f.zap.BindFlags(fs)
