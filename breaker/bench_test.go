@@ -146,3 +146,21 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// BenchmarkClosedSuccessCounting is the closed path with Totals counting on
+// (what breakerprom enables): one more atomic add per call.
+func BenchmarkClosedSuccessCounting(b *testing.B) {
+	for _, wt := range []breaker.WindowType{breaker.TimeBased, breaker.CountBased} {
+		b.Run(wt.String(), func(b *testing.B) {
+			cb := benchBreaker(b, wt)
+			cb.EnableTotals()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					p, _ := cb.Allow()
+					p.Done(breaker.Success)
+				}
+			})
+		})
+	}
+}

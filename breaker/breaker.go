@@ -74,10 +74,15 @@ type Breaker struct {
 	// coarse: the clock is the system clock, so TIME_BASED windows may read
 	// the process-wide coarse second instead of calling time.Now per call.
 	coarse bool
-	// timed: slow calls are tracked, so permits carry their start time,
-	// measured from base (which keeps the monotonic clock reading).
+	// timed: slow calls are tracked or durations recorded, so permits carry
+	// their start time, measured from base (which keeps the monotonic clock
+	// reading).
 	timed bool
 	base  time.Time
+	// counting: Totals are kept (EnableTotals, or timed by request).
+	counting atomic.Bool
+
+	totals totals
 
 	cur       atomic.Pointer[phase]
 	mu        sync.Mutex // serialises transitions
@@ -93,7 +98,10 @@ func New(name string, cfg Config) (*Breaker, error) {
 	}
 	_, system := c.Clock.(systemClock)
 	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
-		timed: c.SlowCallDurationThreshold > 0, base: c.Clock.Now()}
+		timed: c.SlowCallDurationThreshold > 0 || c.RecordCallDurations, base: c.Clock.Now()}
+	if c.RecordCallDurations {
+		b.counting.Store(true)
+	}
 	if c.OnEvent != nil {
 		b.listeners.Store(&[]*listener{{fn: c.OnEvent}})
 	}
@@ -152,11 +160,11 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 	case Closed, MetricsOnly, Disabled:
 		return b.permit(p), nil
 	case ForcedOpen:
-		return Permit{}, p.rejection
+		return b.reject(p)
 	case Open:
 		// Well inside the wait, the coarse second decides without a clock read.
 		if b.coarse && coarse.sec.Load() < p.untilSec-1 {
-			return Permit{}, p.rejection
+			return b.reject(p)
 		}
 	}
 	now := b.cfg.Clock.Now()
@@ -164,7 +172,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 		switch p.state {
 		case Open:
 			if now.Before(p.openUntil) {
-				return Permit{}, p.rejection
+				return b.reject(p)
 			}
 			p = b.transition(p, HalfOpen, now, nil)
 		case HalfOpen:
@@ -176,7 +184,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 			for {
 				n := p.permits.Load()
 				if n >= limit {
-					return Permit{}, p.rejection
+					return b.reject(p)
 				}
 				if p.permits.CompareAndSwap(n, n+1) {
 					return b.permit(p), nil
@@ -186,6 +194,14 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 			return b.allow(b.cur.Load())
 		}
 	}
+}
+
+// reject counts a call that p does not permit and returns p's rejection.
+func (b *Breaker) reject(p *phase) (Permit, error) {
+	if b.counting.Load() {
+		b.totals.notPermitted.Add(1)
+	}
+	return Permit{}, p.rejection
 }
 
 func (b *Breaker) permit(p *phase) Permit {
@@ -208,7 +224,21 @@ func (pm *Permit) Done(o Outcome) {
 		return
 	}
 	pm.b = nil
-	if p.state == Disabled || b.cur.Load() != p {
+	if p.state == Disabled {
+		return
+	}
+	slow := false
+	if b.timed {
+		end := b.cfg.Clock.Now().Sub(b.base)
+		elapsed := end - pm.start
+		if b.counting.Load() {
+			b.totals.record(o, elapsed, end)
+		}
+		slow = b.cfg.SlowCallDurationThreshold > 0 && elapsed > b.cfg.SlowCallDurationThreshold
+	} else if b.counting.Load() {
+		b.totals.count(o)
+	}
+	if b.cur.Load() != p {
 		return // stale generation: its result must not decide the current state
 	}
 	if o == Ignore {
@@ -216,10 +246,6 @@ func (pm *Permit) Done(o Outcome) {
 			p.permits.Add(-1)
 		}
 		return
-	}
-	slow := false
-	if b.timed {
-		slow = b.cfg.Clock.Now().Sub(b.base)-pm.start > b.cfg.SlowCallDurationThreshold
 	}
 	switch p.state {
 	case Closed, MetricsOnly:

@@ -70,6 +70,11 @@ type Config struct {
 	// Default 0: slow calls are not tracked, which saves two clock reads per
 	// call. (Resilience4j's default is 60s.)
 	SlowCallDurationThreshold time.Duration
+	// RecordCallDurations measures every call's duration for Totals (and so
+	// for the calls_seconds sum and max that breakerprom exports). It costs
+	// two clock reads per call, which is why it is off by default; slow-call
+	// tracking turns it on.
+	RecordCallDurations bool
 	// MinimumNumberOfCalls is how many calls the window needs before a rate
 	// is computed, in [1, 2^31-1]. Default 100. A COUNT_BASED window never
 	// holds more than WindowSize calls, so a larger minimum is lowered to it.

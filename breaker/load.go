@@ -16,6 +16,7 @@ type Settings struct {
 	FailureRateThreshold                         *float64 `json:"failureRateThreshold,omitempty"`
 	SlowCallRateThreshold                        *float64 `json:"slowCallRateThreshold,omitempty"`
 	SlowCallDurationThreshold                    *string  `json:"slowCallDurationThreshold,omitempty"`
+	RecordCallDurations                          *bool    `json:"recordCallDurations,omitempty"`
 	MinimumNumberOfCalls                         *int     `json:"minimumNumberOfCalls,omitempty"`
 	SlidingWindowType                            *string  `json:"slidingWindowType,omitempty"`
 	SlidingWindowSize                            *int     `json:"slidingWindowSize,omitempty"`
@@ -143,6 +144,9 @@ func (s Settings) apply(c Config, prefix string) (Config, error) {
 			return c, bad("slidingWindowType", *s.SlidingWindowType, "must be TIME_BASED or COUNT_BASED")
 		}
 	}
+	if s.RecordCallDurations != nil {
+		c.RecordCallDurations = *s.RecordCallDurations
+	}
 	if s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil {
 		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
 	}
@@ -164,6 +168,7 @@ func (f *File) ApplyEnv(prefix string, lookup func(string) (string, bool)) error
 		envVar(e, "FAILURE_RATE_THRESHOLD", "a number", parseFloat, &d.FailureRateThreshold),
 		envVar(e, "SLOW_CALL_RATE_THRESHOLD", "a number", parseFloat, &d.SlowCallRateThreshold),
 		envVar(e, "SLOW_CALL_DURATION_THRESHOLD", "", parseString, &d.SlowCallDurationThreshold),
+		envVar(e, "RECORD_CALL_DURATIONS", "a boolean", strconv.ParseBool, &d.RecordCallDurations),
 		envVar(e, "MINIMUM_NUMBER_OF_CALLS", "an integer", strconv.Atoi, &d.MinimumNumberOfCalls),
 		envVar(e, "SLIDING_WINDOW_TYPE", "", parseString, &d.SlidingWindowType),
 		envVar(e, "SLIDING_WINDOW_SIZE", "an integer", strconv.Atoi, &d.SlidingWindowSize),

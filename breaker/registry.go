@@ -23,6 +23,7 @@ type Registry struct {
 	configs  map[string]Config // defaults with each override applied
 	breakers map[string]*Breaker
 	disabled bool
+	totals   bool // EnableTotals was called
 
 	switching sync.Mutex // serialises SetEnabled
 }
@@ -88,8 +89,22 @@ func (r *Registry) Get(name string) *Breaker {
 	if r.disabled {
 		b.Disable()
 	}
+	if r.totals {
+		b.EnableTotals()
+	}
 	r.breakers[name] = b
 	return b
+}
+
+// EnableTotals starts counting calls (Breaker.EnableTotals) on every breaker
+// the registry has and will create.
+func (r *Registry) EnableTotals() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.totals = true
+	for _, b := range r.breakers {
+		b.EnableTotals()
+	}
 }
 
 // All returns every breaker created so far, sorted by name.
