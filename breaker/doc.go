@@ -66,5 +66,11 @@
 // (transitions, rate crossings, resets). A Registry holds one named breaker
 // per call site with shared defaults, per-name overrides and a kill switch;
 // ParseFile and File.ApplyEnv load its configuration from JSON and
-// CIRCUITBREAKER_* environment variables.
+// CIRCUITBREAKER_* environment variables. Metrics reads the window; Totals
+// reads cumulative call counts (and durations, with RecordCallDurations) once
+// EnableTotals has turned counting on, which the breakerprom module does.
+//
+// The adapters are modules of their own, so that a user of the core builds
+// none of their dependencies: breakerhttp (net/http), breakergrpc (grpc-go)
+// and breakerprom (Prometheus).
 package breaker

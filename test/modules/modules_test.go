@@ -23,6 +23,43 @@ func TestBreakerModuleIsStandardLibraryOnly(t *testing.T) {
 	}
 }
 
+// TestAdapterModulesCarryOnlyTheirOwnDependencies: a user of one adapter
+// gets that adapter's dependency and not the others' (nor Kubernetes).
+func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
+	const self = "github.com/tripswitch-dev/tripswitch/"
+	cases := []struct {
+		module  string
+		allowed []string // import path prefixes besides the standard library and the module itself
+		banned  []string
+	}{
+		{"breakerhttp", []string{self + "breaker", "golang.org/x/sync/"}, nil},
+		{"breakergrpc", nil, []string{"github.com/prometheus/", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakerprom"}},
+		{"breakerprom", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakergrpc"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.module, func(t *testing.T) {
+			deps := goList(t, "../../"+tc.module, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
+			for _, p := range strings.Fields(deps) {
+				if tc.allowed != nil && !hasPrefix(p, append(tc.allowed, self+tc.module)) {
+					t.Errorf("%s imports %s", tc.module, p)
+				}
+				if hasPrefix(p, tc.banned) {
+					t.Errorf("%s imports %s", tc.module, p)
+				}
+			}
+		})
+	}
+}
+
+func hasPrefix(p string, prefixes []string) bool {
+	for _, x := range prefixes {
+		if strings.HasPrefix(p, x) {
+			return true
+		}
+	}
+	return false
+}
+
 func goList(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"list"}, args...)...)

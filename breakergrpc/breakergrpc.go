@@ -1,0 +1,240 @@
+// Package breakergrpc puts circuit breakers on grpc-go client calls, with
+// unary and streaming client interceptors.
+//
+// What counts (the [DefaultClassifier]): Unavailable (which is also what a
+// refused or broken connection becomes), DeadlineExceeded, Internal,
+// Unknown, DataLoss and ResourceExhausted raised by the transport (an
+// HTTP/2 RST_STREAM, as an overloaded server or proxy sends) are failures;
+// InvalidArgument, NotFound, PermissionDenied, Unauthenticated,
+// AlreadyExists, FailedPrecondition, Aborted, OutOfRange, Unimplemented,
+// ResourceExhausted from the server (a quota, gRPC's 429) or from the
+// client's own message-size limit, and the caller's cancellation are
+// ignored: they are about the request or the caller, not an outage.
+//
+// An open circuit answers without sending anything, with an error whose
+// gRPC status is Unavailable and that matches breaker.ErrOpen.
+//
+// A stream's outcome is recorded when it ends: RecvMsg returning io.EOF
+// (success) or an error, the single response of a client-streaming call,
+// or the stream's context ending. Read streams to the end or cancel their
+// context, as grpc-go requires anyway.
+package breakergrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+)
+
+// Classifier decides what a call's final error means to the circuit.
+type Classifier func(err error) breaker.Outcome
+
+// DefaultClassifier is described in the package documentation.
+func DefaultClassifier(err error) breaker.Outcome {
+	if err == nil {
+		return breaker.Success
+	}
+	if errors.Is(err, context.Canceled) {
+		return breaker.Ignore
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return breaker.Failure
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return breaker.Failure // not a gRPC status: the call did not get an answer
+	}
+	switch s.Code() {
+	case codes.OK:
+		return breaker.Success
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.DataLoss:
+		return breaker.Failure
+	case codes.ResourceExhausted:
+		if FromTransport(s) {
+			return breaker.Failure
+		}
+		return breaker.Ignore
+	}
+	return breaker.Ignore
+}
+
+// FromTransport reports whether s was raised by grpc-go's HTTP/2 transport
+// because the peer reset the stream (RST_STREAM), rather than returned by
+// the server's handler or produced by a local check.
+func FromTransport(s *status.Status) bool {
+	return strings.HasPrefix(s.Message(), "stream terminated by RST_STREAM")
+}
+
+// FailOnCodes counts the given codes as failures and defers to next for
+// everything else: FailOnCodes(DefaultClassifier, codes.ResourceExhausted)
+// opens a call site's circuit on server quotas too.
+func FailOnCodes(next Classifier, cs ...codes.Code) Classifier {
+	return func(err error) breaker.Outcome {
+		if err != nil {
+			c := status.Code(err)
+			for _, f := range cs {
+				if c == f {
+					return breaker.Failure
+				}
+			}
+		}
+		return next(err)
+	}
+}
+
+// Circuits picks the circuit for a method ("/pkg.Service/Method"); nil
+// means the method has none and is called directly.
+type Circuits func(fullMethod string) *breaker.Breaker
+
+// One puts every method of a connection behind one circuit.
+func One(b *breaker.Breaker) Circuits {
+	return func(string) *breaker.Breaker { return b }
+}
+
+// Option configures an interceptor.
+type Option func(*options)
+
+type options struct {
+	classify Classifier
+}
+
+// WithClassifier replaces DefaultClassifier.
+func WithClassifier(c Classifier) Option {
+	return func(o *options) { o.classify = c }
+}
+
+func newOptions(opts []Option) options {
+	o := options{classify: DefaultClassifier}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.classify == nil {
+		o.classify = DefaultClassifier
+	}
+	return o
+}
+
+// OpenError is the rejection of a call by an open circuit. Its gRPC status
+// is Unavailable, and errors.Is(err, breaker.ErrOpen) holds.
+type OpenError struct {
+	*breaker.OpenError
+}
+
+// GRPCStatus makes status.Code report Unavailable.
+func (e OpenError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
+// Unwrap returns the breaker's rejection.
+func (e OpenError) Unwrap() error { return e.OpenError }
+
+func allow(b *breaker.Breaker) (breaker.Permit, error) {
+	pm, err := b.Allow()
+	if err != nil {
+		var oe *breaker.OpenError
+		if errors.As(err, &oe) {
+			return pm, OpenError{oe}
+		}
+		return pm, err
+	}
+	return pm, nil
+}
+
+// UnaryClientInterceptor sends each unary call through its method's circuit.
+// Put a per-call timeout on the context (or a deadline interceptor before
+// this one) so that it is inside the circuit and counted.
+func UnaryClientInterceptor(circuits Circuits, opts ...Option) grpc.UnaryClientInterceptor {
+	o := newOptions(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		b := circuits(method)
+		if b == nil {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		pm, err := allow(b)
+		if err != nil {
+			return err
+		}
+		err = invoker(ctx, method, req, reply, cc, callOpts...)
+		pm.Done(o.classify(err))
+		return err
+	}
+}
+
+// StreamClientInterceptor sends each stream through its method's circuit;
+// the outcome is recorded when the stream ends.
+func StreamClientInterceptor(circuits Circuits, opts ...Option) grpc.StreamClientInterceptor {
+	o := newOptions(opts)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		b := circuits(method)
+		if b == nil {
+			return streamer(ctx, desc, cc, method, callOpts...)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		pm, err := allow(b)
+		if err != nil {
+			return nil, err
+		}
+		cs, err := streamer(ctx, desc, cc, method, callOpts...)
+		if err != nil {
+			pm.Done(o.classify(err))
+			return nil, err
+		}
+		s := &stream{ClientStream: cs, classify: o.classify, serverStreams: desc.ServerStreams, pm: pm, pending: true}
+		// A stream abandoned by cancelling the caller's context may never
+		// return from RecvMsg to us; that context tells how it ended. (The
+		// stream's own context is cancelled on every ending, success too.)
+		s.mu.Lock()
+		s.stop = context.AfterFunc(ctx, func() { s.finish(o.classify(ctx.Err())) })
+		s.mu.Unlock()
+		return s, nil
+	}
+}
+
+type stream struct {
+	grpc.ClientStream
+	classify      Classifier
+	serverStreams bool
+	stop          func() bool
+
+	mu      sync.Mutex
+	pm      breaker.Permit
+	pending bool
+}
+
+func (s *stream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	switch {
+	case err == io.EOF:
+		s.finish(breaker.Success)
+	case err != nil:
+		s.finish(s.classify(err))
+	case !s.serverStreams:
+		s.finish(breaker.Success) // the one response of a unary-response stream
+	}
+	return err
+}
+
+func (s *stream) finish(o breaker.Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending {
+		s.pending = false
+		s.pm.Done(o)
+		if s.stop != nil {
+			s.stop()
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package breakergrpc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breakergrpc"
+)
+
+// One circuit per call site on one connection: the permission check and the
+// other lookups fail for different reasons and must not open each other.
+// The per-call timeout is on the context, inside the circuit.
+func ExampleUnaryClientInterceptor() {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, &health{})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	circuits, _ := breaker.NewRegistry(breaker.Config{MinimumNumberOfCalls: 2}, nil)
+	byMethod := func(method string) *breaker.Breaker {
+		if method == healthpb.Health_Check_FullMethodName {
+			return circuits.Get("account-access")
+		}
+		return circuits.Get("account-read")
+	}
+	cc, _ := grpc.NewClient("passthrough:///"+ln.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(byMethod)),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(byMethod)))
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+
+	check := func(service string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		return err
+	}
+	unavailable := fmt.Sprintf("code/%d", codes.Unavailable)
+	_ = check(unavailable)
+	_ = check(unavailable) // 2 of 2 failed: account-access opens
+	err := check("ok")
+	fmt.Println(status.Code(err), errors.Is(err, breaker.ErrOpen))
+	fmt.Println("account-access:", circuits.Get("account-access").State())
+	fmt.Println("account-read:", circuits.Get("account-read").State())
+	// Output:
+	// Unavailable true
+	// account-access: OPEN
+	// account-read: CLOSED
+}

@@ -1,0 +1,48 @@
+// Package breakerhttp puts a circuit breaker on one HTTP call site.
+//
+// A [Transport] is an http.RoundTripper bound to one circuit: one per call
+// site ("account-access", "account-read", ...), never one filter for a whole
+// client, because two call sites to the same service can fail for different
+// reasons and must not open each other's circuit.
+//
+// What counts (the [DefaultClassifier]):
+//
+//   - connection errors, timeouts (the Transport's own per-attempt Timeout,
+//     the caller's deadline or http.Client.Timeout) and 5xx responses are
+//     failures;
+//   - 4xx responses are ignored, neither failures nor successes: a 401 for an
+//     expired key or a 429 for one tenant's quota is that caller's problem,
+//     not an outage, and counting it as a success would dilute the real
+//     failure rate. The response still reaches the caller unchanged;
+//   - a caller that cancels its request is ignored (it gave up; the callee
+//     did not fail).
+//
+// Override it per call site with [Transport.Classify], for example
+// [FailOnStatus](DefaultClassifier, 429).
+//
+// An open circuit answers without any network I/O, with an error that
+// matches breaker.ErrOpen (http.Client wraps it in a *url.Error;
+// errors.Is sees through that).
+//
+// # Composition
+//
+// The order matters and [Policy] builds the right one: the per-attempt
+// timeout inside the circuit, so that a timeout is counted as a failure, and
+// the retry outside it, so that every attempt is counted and an open circuit
+// is never retried:
+//
+//	retry( circuit( timeout( base transport ) ) )
+//
+// A successful response's outcome is recorded when its body has been read to
+// the end or closed, so a server that sends headers and then stalls or
+// resets is a failure: close every response body (net/http requires it
+// anyway).
+//
+// [NewBaseTransport] builds the shared base transport with the two opt-in
+// options seed 002's services needed after a deploy gap: one retry of a
+// request whose connection was refused (it was never sent), and a short DNS
+// cache.
+//
+// [HealthHandler] reports circuits as information and always answers 200: an
+// open circuit means a dependency is sick, not this process.
+package breakerhttp

@@ -1,0 +1,113 @@
+package breakerhttp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breakerhttp"
+)
+
+// The two account call sites of seed 002: the permission check is timeout →
+// circuit with no retry; other lookups get a bounded retry outside the
+// circuit. Each has its own circuit, so a sick lookup path cannot open the
+// permission path.
+func ExamplePolicy() {
+	calls := 0
+	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if r.URL.Path == "/users/7" && calls < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable) // two blips, then fine
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer account.Close()
+
+	circuits, _ := breaker.NewRegistry(breaker.Config{WindowType: breaker.TimeBased, WindowSize: 30, MinimumNumberOfCalls: 10}, nil)
+	shared := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{})
+	access := breakerhttp.Policy{Breaker: circuits.Get("account-access"), Timeout: 10 * time.Second, Base: shared}.Client()
+	read := breakerhttp.Policy{Breaker: circuits.Get("account-read"), Timeout: 10 * time.Second, Base: shared,
+		Retry: &breakerhttp.Retry{Attempts: 3, Backoff: time.Millisecond}}.Client()
+
+	resp, err := read.Get(account.URL + "/users/7")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	breakerhttp.DrainClose(resp)
+	fmt.Println("account-read:", resp.StatusCode, "after", calls, "attempts")
+
+	resp, err = access.Get(account.URL + "/access")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	breakerhttp.DrainClose(resp)
+	fmt.Println("account-access:", resp.StatusCode)
+	m := circuits.Get("account-read").Metrics()
+	fmt.Println("account-read window:", m.Calls, "calls,", m.FailedCalls, "failed")
+	// Output:
+	// account-read: 200 after 3 attempts
+	// account-access: 200
+	// account-read window: 3 calls, 2 failed
+}
+
+// A fire-and-forget notification swallows its errors, but the circuit has
+// already seen them: the Transport records each attempt before the error or
+// status reaches the code that drops it. Once the circuit opens, the
+// notifications fail fast instead of piling up on a dead service.
+func ExampleTransport_fireAndForget() {
+	notifier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway) // the notification service is down
+	}))
+	defer notifier.Close()
+
+	circuit, _ := breaker.New("notification", breaker.Config{MinimumNumberOfCalls: 3})
+	client := breakerhttp.Policy{Breaker: circuit, Timeout: 5 * time.Second}.Client()
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+
+	notify := func(ctx context.Context, msg string) {
+		done := make(chan struct{})
+		go func() { // fire and forget
+			defer close(done)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, notifier.URL, nil)
+			resp, err := client.Do(req)
+			switch {
+			case errors.Is(err, breaker.ErrOpen):
+				log.Warn("notification skipped", "circuit", "open")
+			case err != nil:
+				log.Warn("notification failed", "err", err)
+			default:
+				breakerhttp.DrainClose(resp)
+				if resp.StatusCode >= 300 {
+					log.Warn("notification failed", "status", resp.StatusCode)
+				}
+			}
+		}()
+		<-done // only so that the example's output is in order
+	}
+	for i := range 5 {
+		notify(context.Background(), fmt.Sprint("message ", i))
+	}
+	fmt.Println("circuit:", circuit.State())
+	// Output:
+	// level=WARN msg="notification failed" status=502
+	// level=WARN msg="notification failed" status=502
+	// level=WARN msg="notification failed" status=502
+	// level=WARN msg="notification skipped" circuit=open
+	// level=WARN msg="notification skipped" circuit=open
+	// circuit: OPEN
+}

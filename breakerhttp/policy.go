@@ -1,0 +1,49 @@
+package breakerhttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+)
+
+// Policy is one call site's failure handling, composed in the only safe
+// order: retry( circuit( timeout( Base ) ) ). The three compositions of
+// seed 002:
+//
+//	account-access: Policy{Breaker: access, Timeout: 10 * time.Second}        // no retry
+//	account-read:   Policy{Breaker: read, Timeout: 10 * time.Second, Retry: &Retry{Attempts: 3}}
+//	notification:   Policy{Breaker: notify, Timeout: 5 * time.Second}        // the caller swallows errors
+type Policy struct {
+	// Breaker is the call site's circuit. Required.
+	Breaker *breaker.Breaker
+	// Timeout bounds each attempt inside the circuit (see Transport.Timeout).
+	Timeout time.Duration
+	// Classify decides what an attempt means to the circuit; nil means
+	// DefaultClassifier.
+	Classify Classifier
+	// Retry, if set, retries outside the circuit; its Next is ignored (the
+	// circuit is put there).
+	Retry *Retry
+	// Base sends requests; nil means http.DefaultTransport. Share one base
+	// (and its connection pool) between the call sites to one service.
+	Base http.RoundTripper
+}
+
+// RoundTripper returns the composed transport.
+func (p Policy) RoundTripper() http.RoundTripper {
+	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify}
+	if p.Retry != nil {
+		r := *p.Retry
+		r.Next = rt
+		rt = &r
+	}
+	return rt
+}
+
+// Client returns an http.Client with the composed transport. Its Timeout is
+// zero: the per-attempt Timeout is inside the circuit, and an overall
+// deadline belongs on the request's context.
+func (p Policy) Client() *http.Client {
+	return &http.Client{Transport: p.RoundTripper()}
+}

@@ -1,0 +1,298 @@
+package breakerhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breakerhttp"
+)
+
+// script answers requests with the given statuses in order, then 200.
+func script(codes ...int) (http.Handler, *atomic.Int64) {
+	var n atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := int(n.Add(1)) - 1
+		code := http.StatusOK
+		if i < len(codes) {
+			code = codes[i]
+		}
+		body, _ := io.ReadAll(r.Body)
+		w.WriteHeader(code)
+		_, _ = w.Write(body)
+	}), &n
+}
+
+// TestRetryCountsEveryAttempt: two 503s then a 200 through the composed
+// policy is three attempts in the circuit and one answer to the caller;
+// the waits back off.
+func TestRetryCountsEveryAttempt(t *testing.T) {
+	h, n := script(503, 503)
+	srv := newServer(t, h)
+	b := newBreaker(t, 100, nil)
+	var waits []time.Duration
+	p := breakerhttp.Policy{Breaker: b, Base: base(t), Retry: &breakerhttp.Retry{Attempts: 3, Backoff: 100 * time.Millisecond,
+		Wait: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}}
+	c := client(t, p.RoundTripper())
+	req, _ := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("replayed body"))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || string(got) != "replayed body" || n.Load() != 3 {
+		t.Fatalf("status %d body %q after %d attempts", resp.StatusCode, got, n.Load())
+	}
+	if tot := b.Totals(); tot.Failed != 2 || tot.Successful != 1 {
+		t.Fatalf("the circuit did not count every attempt: %+v", tot)
+	}
+	if len(waits) != 2 || waits[0] < 50*time.Millisecond || waits[0] > 100*time.Millisecond || waits[1] < 100*time.Millisecond || waits[1] > 200*time.Millisecond {
+		t.Fatalf("backoff waits %v, want one in [50ms,100ms] then one in [100ms,200ms]", waits)
+	}
+}
+
+// TestRetryStopsAtTheOpenCircuit: the circuit opens during the retries; the
+// next attempt is rejected without I/O and not retried.
+func TestRetryStopsAtTheOpenCircuit(t *testing.T) {
+	h, n := script(503, 503, 503, 503, 503)
+	srv := newServer(t, h)
+	b := newBreaker(t, 2, nil)
+	p := breakerhttp.Policy{Breaker: b, Base: base(t), Retry: &breakerhttp.Retry{Attempts: 5, Wait: noWait}}
+	c := client(t, p.RoundTripper())
+	_, err := c.Get(srv.URL)
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("want ErrOpen once the circuit opened, got %v", err)
+	}
+	if n.Load() != 2 {
+		t.Fatalf("server saw %d attempts, want 2 (the third met the open circuit)", n.Load())
+	}
+	if got := b.Totals().NotPermitted; got != 1 {
+		t.Fatalf("not permitted %d, want exactly 1: an open circuit is never retried", got)
+	}
+}
+
+// TestRetryOnlyTransientAndReplayable: 4xx, a POST without an idempotency
+// key and a body that cannot be replayed are sent once.
+func TestRetryOnlyTransientAndReplayable(t *testing.T) {
+	cases := []struct {
+		name  string
+		codes []int
+		req   func(url string) *http.Request
+		want  int64
+	}{
+		{"404", []int{404}, func(u string) *http.Request { r, _ := http.NewRequest(http.MethodGet, u, nil); return r }, 1},
+		{"429", []int{429}, func(u string) *http.Request { r, _ := http.NewRequest(http.MethodGet, u, nil); return r }, 1},
+		{"POST", []int{503}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, strings.NewReader("x"))
+			return r
+		}, 1},
+		{"POST with Idempotency-Key", []int{503}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, strings.NewReader("x"))
+			r.Header.Set("Idempotency-Key", "k1")
+			return r
+		}, 2},
+		{"unreplayable body", []int{503}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPut, u, io.NopCloser(strings.NewReader("x")))
+			return r
+		}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, n := script(tc.codes...)
+			srv := newServer(t, h)
+			p := breakerhttp.Policy{Breaker: newBreaker(t, 100, nil), Base: base(t), Retry: &breakerhttp.Retry{Attempts: 3, Wait: noWait}}
+			resp, err := client(t, p.RoundTripper()).Do(tc.req(srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			breakerhttp.DrainClose(resp)
+			if n.Load() != tc.want {
+				t.Fatalf("%d attempts, want %d", n.Load(), tc.want)
+			}
+		})
+	}
+}
+
+// TestRetryGivesUpWhenTheCallerCannotWait: a backoff longer than the
+// caller's remaining deadline returns the last answer instead of waiting.
+func TestRetryGivesUpWhenTheCallerCannotWait(t *testing.T) {
+	h, n := script(503, 503)
+	srv := newServer(t, h)
+	p := breakerhttp.Policy{Breaker: newBreaker(t, 100, nil), Base: base(t), Retry: &breakerhttp.Retry{Attempts: 3, Backoff: time.Hour}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err := client(t, p.RoundTripper()).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakerhttp.DrainClose(resp)
+	if resp.StatusCode != 503 || n.Load() != 1 {
+		t.Fatalf("status %d after %d attempts, want the first 503", resp.StatusCode, n.Load())
+	}
+}
+
+// refusingDialer refuses the first dial with a real ECONNREFUSED (it dials
+// a closed loopback port), then dials normally.
+type refusingDialer struct {
+	closed string
+	dials  atomic.Int64
+}
+
+func (d *refusingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.dials.Add(1) == 1 {
+		addr = d.closed
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+func closedAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// TestRetryRefused: a POST whose connection was refused was never sent, so
+// it is sent once more, and the circuit sees one success.
+func TestRetryRefused(t *testing.T) {
+	h, n := script()
+	srv := newServer(t, h)
+	d := &refusingDialer{closed: closedAddr(t)}
+	tr := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{RetryRefused: true, RefusedDelay: time.Millisecond, Dialer: d})
+	b := newBreaker(t, 100, nil)
+	c := client(t, breakerhttp.Policy{Breaker: b, Base: tr}.RoundTripper())
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("order"))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if string(got) != "order" || n.Load() != 1 || d.dials.Load() != 2 {
+		t.Fatalf("body %q, %d requests served, %d dials", got, n.Load(), d.dials.Load())
+	}
+	if tot := b.Totals(); tot.Successful != 1 || tot.Failed != 0 {
+		t.Fatalf("totals %+v, want one success", tot)
+	}
+
+	// Off by default: the refusal reaches the circuit.
+	d2 := &refusingDialer{closed: closedAddr(t)}
+	b2 := newBreaker(t, 100, nil)
+	c2 := client(t, breakerhttp.Policy{Breaker: b2, Base: breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{Dialer: d2})}.RoundTripper())
+	if _, err := c2.Get(srv.URL); !breakerhttp.Refused(err) {
+		t.Fatalf("want the refusal without the option, got %v", err)
+	}
+	if b2.Totals().Failed != 1 {
+		t.Fatal("the refusal was not counted")
+	}
+}
+
+// countingResolver answers every host with 127.0.0.1, or fails while down.
+type countingResolver struct {
+	lookups atomic.Int64
+	down    atomic.Bool
+	delay   time.Duration
+}
+
+func (r *countingResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
+	r.lookups.Add(1)
+	time.Sleep(r.delay)
+	if r.down.Load() {
+		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
+	}
+	return []string{"127.0.0.1"}, nil
+}
+
+// TestDNSCache: lookups are shared within the TTL and by concurrent dials,
+// repeated after it, and failures are not cached.
+func TestDNSCache(t *testing.T) {
+	srv := newServer(t, statusHandler())
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	res := &countingResolver{delay: 20 * time.Millisecond}
+	clk := newClock()
+	cache := &breakerhttp.DNSCache{TTL: 5 * time.Second, Resolver: res, Now: clk.Now}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			conn, err := cache.DialContext(ctx, "tcp", net.JoinHostPort("account.internal", port))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = conn.Close()
+		})
+	}
+	wg.Wait()
+	if n := res.lookups.Load(); n != 1 {
+		t.Fatalf("%d lookups for 50 concurrent cold dials, want 1", n)
+	}
+	clk.Advance(4 * time.Second)
+	dial := func() error {
+		conn, err := cache.DialContext(ctx, "tcp", net.JoinHostPort("account.internal", port))
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}
+	if err := dial(); err != nil || res.lookups.Load() != 1 {
+		t.Fatalf("within the TTL: err %v, %d lookups", err, res.lookups.Load())
+	}
+	clk.Advance(2 * time.Second)
+	res.down.Store(true)
+	if err := dial(); err == nil {
+		t.Fatal("an expired entry was used after the resolver failed")
+	}
+	res.down.Store(false)
+	if err := dial(); err != nil {
+		t.Fatalf("the failure was cached: %v", err)
+	}
+	if n := res.lookups.Load(); n != 3 {
+		t.Fatalf("%d lookups, want 3 (cold, failed, recovered)", n)
+	}
+}
+
+// TestHealthStaysUpWhileOpen: liveness and readiness must not follow a
+// dependency's circuit.
+func TestHealthStaysUpWhileOpen(t *testing.T) {
+	reg, err := breaker.NewRegistry(breaker.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Get("account-access").Open()
+	reg.Get("account-read").ForceOpen()
+	reg.Get("notification")
+	srv := newServer(t, breakerhttp.HealthHandler(reg))
+	resp, err := client(t, base(t)).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Status   string
+		Circuits map[string]struct{ State string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || got.Status != "UP" {
+		t.Fatalf("health %d %q with circuits open, want 200 UP", resp.StatusCode, got.Status)
+	}
+	if got.Circuits["account-access"].State != "OPEN" || got.Circuits["account-read"].State != "FORCED_OPEN" || got.Circuits["notification"].State != "CLOSED" {
+		t.Fatalf("circuits not reported: %+v", got.Circuits)
+	}
+}

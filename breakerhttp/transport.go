@@ -1,0 +1,150 @@
+package breakerhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+)
+
+// Transport is an http.RoundTripper that sends each request through one
+// circuit. Its fields must not change once it is in use.
+type Transport struct {
+	// Breaker is the call site's circuit. Required.
+	Breaker *breaker.Breaker
+	// Base sends the request; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// Timeout, if positive, bounds one attempt from sending the request to
+	// the end of the response body, inside the circuit, so that running out
+	// of it is counted as a failure.
+	Timeout time.Duration
+	// Classify decides what an attempt means to the circuit; nil means
+	// DefaultClassifier.
+	Classify Classifier
+}
+
+var errNoBreaker = errors.New("breakerhttp: Transport.Breaker is nil")
+
+// RoundTrip implements http.RoundTripper. A request whose context is
+// already done, or that the circuit rejects, is answered without network
+// I/O; the rejection matches breaker.ErrOpen.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Breaker == nil {
+		closeRequestBody(req)
+		return nil, errNoBreaker
+	}
+	if err := req.Context().Err(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	pm, err := t.Breaker.Allow()
+	if err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	classify := t.Classify
+	if classify == nil {
+		classify = DefaultClassifier
+	}
+	cancel := context.CancelFunc(nil)
+	if t.Timeout > 0 {
+		var ctx context.Context
+		ctx, cancel = context.WithTimeout(req.Context(), t.Timeout)
+		req = req.WithContext(ctx)
+	}
+	resp, err := t.base().RoundTrip(req)
+	if err != nil {
+		pm.Done(classify(nil, err))
+		if cancel != nil {
+			cancel()
+		}
+		return nil, err
+	}
+	o := classify(resp, nil)
+	// A success is only known once the body has arrived; a failure or an
+	// ignored response is known now. Bodies that are not plain payloads
+	// (none, or a protocol switch) end the attempt here.
+	deferred := o == breaker.Success && resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols
+	if !deferred {
+		pm.Done(o)
+		if cancel == nil || resp.Body == nil || resp.Body == http.NoBody {
+			if cancel != nil {
+				cancel()
+			}
+			return resp, nil
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// The connection now belongs to the caller; a deadline on it
+			// would cut the upgraded stream.
+			return resp, nil
+		}
+	}
+	resp.Body = &body{rc: resp.Body, pm: pm, pending: deferred, cancel: cancel, classify: classify}
+	return resp, nil
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+// closeRequestBody closes the request body on a path that does not send it,
+// as a RoundTripper must.
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// body records a deferred success when the body ends (EOF or Close) or a
+// failure when reading it fails, and releases the attempt's timeout.
+type body struct {
+	rc       io.ReadCloser
+	classify Classifier
+	cancel   context.CancelFunc
+
+	closed  atomic.Bool // a read error after Close is the caller's doing
+	mu      sync.Mutex  // Close may race with Read
+	pm      breaker.Permit
+	pending bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil {
+		if err == io.EOF || b.closed.Load() {
+			b.finish(breaker.Success)
+		} else {
+			b.finish(b.classify(nil, err))
+		}
+	}
+	return n, err
+}
+
+// Close records a success if nothing was recorded yet: the caller stopped
+// reading a response whose headers were fine.
+func (b *body) Close() error {
+	b.closed.Store(true)
+	err := b.rc.Close()
+	b.finish(breaker.Success)
+	if b.cancel != nil {
+		b.cancel()
+	}
+	return err
+}
+
+func (b *body) finish(o breaker.Outcome) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending {
+		b.pending = false
+		b.pm.Done(o)
+	}
+}
