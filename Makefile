@@ -7,7 +7,7 @@ ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # Library modules: each its own go.mod, so a user of one pulls in only what
 # it needs (see README, "Modules").
-LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom
+LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate examples
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 

@@ -35,6 +35,7 @@ func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
 		{"breakerhttp", []string{self + "breaker", "golang.org/x/sync/"}, nil},
 		{"breakergrpc", nil, []string{"github.com/prometheus/", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakerprom"}},
 		{"breakerprom", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakergrpc"}},
+		{"accessgate", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakergrpc", "github.com/tsenart/"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.module, func(t *testing.T) {

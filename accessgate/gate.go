@@ -1,0 +1,317 @@
+// Package accessgate answers "may subject S use resource R?" from a
+// permission service, and fails closed: when the answer is unknown (the
+// lookup failed, timed out, or its circuit is open) the request is refused
+// with "unavailable" (503), never allowed. An outage of the permission
+// service must not become a permission bypass.
+//
+// Decisions are cached by (subject, resource): an allow for 60s and a deny
+// for 10s by default; failures are never cached, so a recovered service is
+// asked again at once and an outage is not stretched. Concurrent misses for
+// one key share one lookup. The cache is bounded (otter, a W-TinyLFU cache
+// with per-entry expiry).
+//
+// A gate whose failure default is "existing permissions stay" rather than
+// "permissions wide open" (seed 002's permission-version gate: old
+// permissions until the token expires) may opt into AllowWhenUnavailable;
+// it is never the default.
+//
+// The circuit breaker's kill switch (CIRCUITBREAKER_ENABLED=false) turns
+// the circuits off, not this policy: a failed lookup is still refused.
+package accessgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breakerhttp"
+)
+
+// Lookup asks the permission service. A nil error with allowed false is a
+// denial; any error means the answer is unknown.
+type Lookup interface {
+	Check(ctx context.Context, subject, resource string) (allowed bool, err error)
+}
+
+// LookupFunc adapts a function to Lookup.
+type LookupFunc func(ctx context.Context, subject, resource string) (bool, error)
+
+// Check calls f.
+func (f LookupFunc) Check(ctx context.Context, subject, resource string) (bool, error) {
+	return f(ctx, subject, resource)
+}
+
+// WhenUnavailable is what a gate does when it cannot get a decision.
+type WhenUnavailable int
+
+const (
+	// RejectWhenUnavailable refuses the request (503). The default.
+	RejectWhenUnavailable WhenUnavailable = iota
+	// AllowWhenUnavailable lets the request through. Only for a gate whose
+	// failure leaves existing permissions in place, never for the check
+	// that is a request's authorization.
+	AllowWhenUnavailable
+)
+
+// Clock supplies time; inject one in tests.
+type Clock interface {
+	Now() time.Time
+}
+
+// Config configures a Gate.
+type Config struct {
+	// Name identifies the gate in logs and metrics. Default "access".
+	Name string
+	// Lookup asks the permission service. Required.
+	Lookup Lookup
+	// AllowTTL and DenyTTL are how long decisions are cached. Defaults
+	// 60s and 10s.
+	AllowTTL, DenyTTL time.Duration
+	// MaxEntries bounds the cache. Default 100,000.
+	MaxEntries int
+	// LookupTimeout bounds one shared lookup, whoever waits for it (the
+	// lookup is not tied to the first caller's context, so that caller
+	// leaving does not fail the others). Default 10s. Put the per-attempt
+	// timeout that the circuit counts on the lookup's client.
+	LookupTimeout time.Duration
+	// WhenUnavailable: RejectWhenUnavailable (default) or AllowWhenUnavailable.
+	WhenUnavailable WhenUnavailable
+	// Logger receives one line per failed lookup; never tokens or bodies.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Clock; default the system clock.
+	Clock Clock
+}
+
+// ErrDenied is the answer for a subject that may not use the resource.
+var ErrDenied = errors.New("accessgate: access denied")
+
+// ErrUnavailable is matched (errors.Is) by every *UnavailableError.
+var ErrUnavailable = errors.New("accessgate: access decision unavailable")
+
+// UnavailableError is the answer when the decision is unknown.
+type UnavailableError struct {
+	// Cause is the lookup's error.
+	Cause error
+	// RetryAfter is when asking again makes sense: the circuit's remaining
+	// open wait, or one second.
+	RetryAfter time.Duration
+	// Misconfigured: the permission service rejected the check itself
+	// (a 4xx: a bad internal secret, a wrong URL), which no retry fixes.
+	Misconfigured bool
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("accessgate: access decision unavailable: %s", describe(e.Cause))
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Cause }
+
+type key struct{ subject, resource string }
+
+// Gate is a permission check with a decision cache. Close it when done.
+type Gate struct {
+	cfg    Config
+	cache  *otter.Cache[key, bool]
+	flight singleflight.Group
+	stats  stats
+}
+
+type stats struct {
+	hits, misses                                  atomic.Uint64
+	allowed, denied, unavailable, allowedFailOpen atomic.Uint64
+	lookupAllowed, lookupDenied, lookupFailed     atomic.Uint64
+	lookupMisconfigured                           atomic.Uint64
+}
+
+// New returns a gate, or an error naming the invalid field.
+func New(cfg Config) (*Gate, error) {
+	if cfg.Lookup == nil {
+		return nil, errors.New("accessgate: Config.Lookup is required")
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"AllowTTL", &cfg.AllowTTL, 60 * time.Second}, {"DenyTTL", &cfg.DenyTTL, 10 * time.Second}, {"LookupTimeout", &cfg.LookupTimeout, 10 * time.Second}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("accessgate: Config.%s=%v must not be negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.MaxEntries < 0 || cfg.MaxEntries > math.MaxInt32 {
+		return nil, fmt.Errorf("accessgate: Config.MaxEntries=%d must be in [1, %d]", cfg.MaxEntries, math.MaxInt32)
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 100_000
+	}
+	if cfg.WhenUnavailable != RejectWhenUnavailable && cfg.WhenUnavailable != AllowWhenUnavailable {
+		return nil, fmt.Errorf("accessgate: Config.WhenUnavailable=%d is not RejectWhenUnavailable or AllowWhenUnavailable", cfg.WhenUnavailable)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "access"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	allowTTL, denyTTL := cfg.AllowTTL, cfg.DenyTTL
+	opts := &otter.Options[key, bool]{
+		MaximumSize: cfg.MaxEntries,
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[key, bool]) time.Duration {
+			if e.Value {
+				return allowTTL
+			}
+			return denyTTL
+		}),
+	}
+	if cfg.Clock != nil {
+		opts.Clock = otterClock{cfg.Clock}
+	} else {
+		cfg.Clock = systemClock{}
+	}
+	cache, err := otter.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("accessgate: decision cache: %w", err)
+	}
+	return &Gate{cfg: cfg, cache: cache}, nil
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// otterClock drives the cache's expiry from an injected clock, without the
+// periodic clean-up (expired entries are still never returned).
+type otterClock struct{ c Clock }
+
+func (o otterClock) NowNano() int64                      { return o.c.Now().UnixNano() }
+func (o otterClock) Tick(time.Duration) <-chan time.Time { return nil }
+
+// Close stops the cache's background work.
+func (g *Gate) Close() { g.cache.StopAllGoroutines() }
+
+// Check returns nil if subject may use resource, ErrDenied if not, and an
+// *UnavailableError (errors.Is ErrUnavailable) if the decision is unknown,
+// unless the gate was configured AllowWhenUnavailable. A cache hit allocates
+// nothing.
+func (g *Gate) Check(ctx context.Context, subject, resource string) error {
+	k := key{subject, resource}
+	if allowed, ok := g.cache.GetIfPresent(k); ok {
+		g.stats.hits.Add(1)
+		return g.decided(allowed)
+	}
+	g.stats.misses.Add(1)
+	ch := g.flight.DoChan(subject+"\x00"+resource, func() (any, error) { return g.lookup(k) })
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return g.unavailable(r.Err)
+		}
+		return g.decided(r.Val.(bool))
+	case <-ctx.Done():
+		// This caller left; the shared lookup goes on for the others.
+		return g.unavailable(ctx.Err())
+	}
+}
+
+func (g *Gate) decided(allowed bool) error {
+	if allowed {
+		g.stats.allowed.Add(1)
+		return nil
+	}
+	g.stats.denied.Add(1)
+	return ErrDenied
+}
+
+// lookup asks the permission service once for every caller waiting on k
+// and caches the decision; a failure is returned and not cached.
+func (g *Gate) lookup(k key) (bool, error) {
+	// A caller that missed just as the previous lookup for k finished
+	// starts a new flight; the decision is already here.
+	if allowed, ok := g.cache.GetIfPresent(k); ok {
+		return allowed, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.LookupTimeout)
+	defer cancel()
+	allowed, err := g.cfg.Lookup.Check(ctx, k.subject, k.resource)
+	if err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
+			g.stats.lookupMisconfigured.Add(1)
+			g.cfg.Logger.Error("accessgate: the permission service rejected the check; this is a configuration problem (credentials, URL), not a denial",
+				"gate", g.cfg.Name, "resource", k.resource, "status", se.Code)
+		} else {
+			g.stats.lookupFailed.Add(1)
+			g.cfg.Logger.Warn("accessgate: access check unavailable", "gate", g.cfg.Name, "resource", k.resource, "error", describe(err))
+		}
+		return false, err
+	}
+	if allowed {
+		g.stats.lookupAllowed.Add(1)
+	} else {
+		g.stats.lookupDenied.Add(1)
+	}
+	g.cache.Set(k, allowed)
+	return allowed, nil
+}
+
+func (g *Gate) unavailable(cause error) error {
+	if g.cfg.WhenUnavailable == AllowWhenUnavailable {
+		g.stats.allowedFailOpen.Add(1)
+		return nil
+	}
+	g.stats.unavailable.Add(1)
+	e := &UnavailableError{Cause: cause, RetryAfter: time.Second}
+	var oe *breaker.OpenError
+	if errors.As(cause, &oe) {
+		if d := oe.RetryAfter(g.cfg.Clock.Now()); d > e.RetryAfter {
+			e.RetryAfter = d
+		}
+	}
+	var se *StatusError
+	e.Misconfigured = errors.As(cause, &se) && se.Code >= 400 && se.Code < 500
+	return e
+}
+
+// describe names an error's kind without its text, which may carry a URL
+// with identifiers or a server's echo of a credential.
+func describe(err error) string {
+	var se *StatusError
+	var ne net.Error
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, breaker.ErrOpen):
+		return "circuit open"
+	case errors.As(err, &se):
+		return fmt.Sprintf("status %d", se.Code)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case breakerhttp.Refused(err):
+		return "connection refused"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &ne):
+		return "network error"
+	case errors.Is(err, errBadAnswer):
+		return "unreadable answer"
+	}
+	return fmt.Sprintf("%T", err)
+}
