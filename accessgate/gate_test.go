@@ -382,5 +382,4 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
