@@ -19,6 +19,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/accessgate"
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 	"github.com/tripswitch-dev/tripswitch/breakerhttp"
 )
 
@@ -26,24 +27,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *manualclock.Clock { return manualclock.New(time.Time{}) }
 
 const secret = "internal-secret-5f2a9c"
 
@@ -91,7 +75,7 @@ func newAccount(t testing.TB, allow ...string) *account {
 
 type fixture struct {
 	acct     *account
-	clk      *clock
+	clk      *manualclock.Clock
 	circuits *breaker.Registry
 	gate     *accessgate.Gate
 	logs     *bytes.Buffer

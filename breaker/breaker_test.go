@@ -3,32 +3,14 @@ package breaker_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 )
 
-// fakeClock is a manual clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *manualclock.Clock { return manualclock.New(time.Time{}) }
 
 var errBoom = errors.New("boom")
 
@@ -51,7 +33,7 @@ func call(b *breaker.Breaker, o breaker.Outcome) bool {
 	return true
 }
 
-func small(clk *fakeClock, wt breaker.WindowType) breaker.Config {
+func small(clk *manualclock.Clock, wt breaker.WindowType) breaker.Config {
 	return breaker.Config{
 		WindowType: wt, WindowSize: 10, MinimumNumberOfCalls: 4, FailureRateThreshold: 50,
 		WaitDurationInOpenState: 10 * time.Second, PermittedNumberOfCallsInHalfOpenState: 2, Clock: clk,

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 	"github.com/tripswitch-dev/tripswitch/breakerhttp"
 )
 
@@ -24,24 +24,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *manualclock.Clock { return manualclock.New(time.Time{}) }
 
 // newBreaker opens after `min` calls at 50% failures, with totals counted.
 func newBreaker(t testing.TB, min int, clk breaker.Clock) *breaker.Breaker {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,30 +15,14 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 	"github.com/tripswitch-dev/tripswitch/breakerprom"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // setup: account-access measures durations, account-read does not.
-func setup(t *testing.T) (*breaker.Registry, *clock, *breakerprom.Collector) {
+func setup(t *testing.T) (*breaker.Registry, *manualclock.Clock, *breakerprom.Collector) {
 	t.Helper()
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := manualclock.New(time.Time{})
 	reg, err := breaker.NewRegistry(breaker.Config{MinimumNumberOfCalls: 4, WindowSize: 10, Clock: clk, WaitDurationInOpenState: time.Minute},
 		map[string]breaker.Override{"account-access": func(c *breaker.Config) { c.RecordCallDurations = true }})
 	if err != nil {
@@ -48,7 +31,7 @@ func setup(t *testing.T) (*breaker.Registry, *clock, *breakerprom.Collector) {
 	return reg, clk, breakerprom.NewCollector(reg)
 }
 
-func call(t *testing.T, clk *clock, b *breaker.Breaker, took time.Duration, o breaker.Outcome) {
+func call(t *testing.T, clk *manualclock.Clock, b *breaker.Breaker, took time.Duration, o breaker.Outcome) {
 	t.Helper()
 	p, err := b.Allow()
 	if err != nil {

@@ -8,27 +8,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 )
-
-// clock is the simulated clock of the walkthrough: the decision cache and
-// the circuit's open wait run on it, so the story takes seconds, not
-// minutes. The per-call timeout is real.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // Row is one step of the outage table.
 type Row struct {
@@ -56,7 +38,10 @@ func (s Scenario) Run() ([]Row, error) {
 		return nil, err
 	}
 	defer stopAccount()
-	clk := &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	// The decision cache and the circuit's open wait run on a simulated
+	// clock, so the story takes a second, not minutes; the per-call timeout
+	// and all HTTP are real.
+	clk := manualclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	orders, err := NewOrders(OrdersConfig{AccountURL: accountURL, Timeout: s.Timeout, Clock: clk, Logger: s.Logger})
 	if err != nil {
