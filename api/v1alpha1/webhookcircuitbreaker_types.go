@@ -162,6 +162,75 @@ type WebhookCircuitBreakerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Probe ProbeSpec `json:"probe,omitempty"`
+	// Audit, when enabled, re-reviews what was admitted while the circuit was
+	// open: after each window closes, tripswitch lists the objects the
+	// webhook's rules cover that were created or updated in the window and
+	// sends each to the recovered webhook as a dry-run AdmissionReview. It
+	// needs read access to those resources (the chart's audit values).
+	// +optional
+	Audit *AuditSpec `json:"audit,omitempty"`
+}
+
+// AuditSpec configures the audit of open windows.
+type AuditSpec struct {
+	// Enabled turns the audit on.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// MaxObjects caps how many objects one audit examines; reaching it is
+	// reported. Default 1000.
+	// +optional
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxObjects int32 `json:"maxObjects,omitempty"`
+	// QPS is the most API requests per second an audit makes. Default 5.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	QPS int32 `json:"qps,omitempty"`
+}
+
+// AuditResult is the outcome of the audit of one open window.
+type AuditResult struct {
+	// Result is Completed or Failed (the audit could not be done; Message says why).
+	Result string `json:"result"`
+	// CompletedAt is when the audit ended.
+	CompletedAt metav1.Time `json:"completedAt"`
+	// Found is how many objects the webhook matches that were created or
+	// updated in the window.
+	// +optional
+	Found int32 `json:"found,omitempty"`
+	// Objected: a validating webhook denies them now.
+	// +optional
+	Objected int32 `json:"objected,omitempty"`
+	// WouldMutate: a mutating webhook would change them now.
+	// +optional
+	WouldMutate int32 `json:"wouldMutate,omitempty"`
+	// NoObjection: the webhook allows them unchanged.
+	// +optional
+	NoObjection int32 `json:"noObjection,omitempty"`
+	// NotChecked: the re-review failed; they are not known to be clean.
+	// +optional
+	NotChecked int32 `json:"notChecked,omitempty"`
+	// NotReviewed: the webhook has side effects and was not asked.
+	// +optional
+	NotReviewed int32 `json:"notReviewed,omitempty"`
+	// Truncated: maxObjects was reached.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+	// Requests is how many API requests the audit made.
+	// +optional
+	Requests int64 `json:"requests,omitempty"`
+	// Objects are the first objects that need attention (objected, would
+	// mutate, not checked): "Verdict Kind namespace/name". `tripswitch audit`
+	// prints them all.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Objects []string `json:"objects,omitempty"`
+	// Message says what limited the audit, or why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // CircuitState is the circuit's state as an operator needs it at a glance.
@@ -231,6 +300,10 @@ type OpenWindow struct {
 	// CloseReason is why it closed.
 	// +optional
 	CloseReason string `json:"closeReason,omitempty"`
+	// Audit is the re-review of what was admitted in this window
+	// (spec.audit).
+	// +optional
+	Audit *AuditResult `json:"audit,omitempty"`
 }
 
 // ProbeStatus is the prober's recent view of the webhook. Counts saturate at

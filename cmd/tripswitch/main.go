@@ -5,6 +5,7 @@
 //	tripswitch status [-o table|json]      list the circuits held open, from their records
 //	tripswitch restore CONFIG/WEBHOOK...   restore from a record without the controller
 //	tripswitch restore --all
+//	tripswitch audit BREAKER [--window N]  list and re-review what an open window admitted
 //	tripswitch --version                   print the version
 //	tripswitch --help                      list the flags
 //
@@ -59,6 +60,8 @@ func dispatch(args []string, out io.Writer) error {
 			return runStatus(args[1:], out)
 		case "restore":
 			return runRestore(args[1:], out)
+		case "audit":
+			return runAudit(args[1:], out)
 		}
 	}
 	return run(args, out)
@@ -109,7 +112,8 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 		fmt.Fprintf(out, "Usage: tripswitch [flags]\n\nRuns the tripswitch controller: a circuit breaker for approved admission webhooks.\n\n"+
 			"Commands (they work without the controller, with your credentials):\n"+
 			"  status                     list the circuits held open, from the records on the webhook configurations\n"+
-			"  restore CONFIG/WEBHOOK...  restore a webhook's original policy from its record (--all for every one)\n\n"+
+			"  restore CONFIG/WEBHOOK...  restore a webhook's original policy from its record (--all for every one)\n"+
+			"  audit BREAKER              list what an open window admitted without the webhook, and re-review it\n\n"+
 			"Flags:\n")
 		fs.PrintDefaults()
 	}
@@ -133,7 +137,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore; see --help)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit; see --help)", fs.Arg(0))
 	}
 	if f.qps <= 0 || f.burst < 1 || f.concurrency < 1 {
 		return nil, fmt.Errorf("--kube-api-qps, --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -17,6 +18,7 @@ type Metrics struct {
 	conflicts   *prometheus.CounterVec
 	probes      *prometheus.CounterVec
 	probeTime   *prometheus.HistogramVec
+	audit       *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -41,8 +43,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_probe_duration_seconds", Help: "Probe latency.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"breaker"}),
+		audit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_audit_objects", Help: "Objects admitted during the breaker's last audited open window, by the recovered webhook's verdict (Objected, WouldMutate, NoObjection, NotChecked, NotReviewed).",
+		}, []string{"breaker", "verdict"}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime} {
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.audit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -80,6 +85,16 @@ func (m *Metrics) transition(breaker string, w Write, reason string, openFor tim
 	}
 }
 
+// setAudit publishes the last audit's counts, every verdict included.
+func (m *Metrics) setAudit(breaker string, counts map[audit.Verdict]int) {
+	if m == nil {
+		return
+	}
+	for _, v := range []audit.Verdict{audit.Objected, audit.WouldMutate, audit.NoObjection, audit.NotChecked, audit.NotReviewed} {
+		m.audit.WithLabelValues(breaker, string(v)).Set(float64(counts[v]))
+	}
+}
+
 func (m *Metrics) conflict(breaker string) {
 	if m != nil {
 		m.conflicts.WithLabelValues(breaker).Inc()
@@ -98,4 +113,5 @@ func (m *Metrics) forget(breaker string) {
 	m.conflicts.DeletePartialMatch(labels)
 	m.probes.DeletePartialMatch(labels)
 	m.probeTime.DeletePartialMatch(labels)
+	m.audit.DeletePartialMatch(labels)
 }

@@ -59,6 +59,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	Metrics  *Metrics
+	// Audits, if set, is asked for the audit of each closed window of a
+	// breaker with spec.audit enabled.
+	Audits interface{ Request(breaker string) }
 
 	written sync.Map // breaker name -> resourceVersion of the last write to it
 }
@@ -149,6 +152,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
+	}
+	if r.Audits != nil && auditDue(&b) {
+		r.Audits.Request(b.Name)
 	}
 	if d.ReleaseFinalizer && writeErr == nil {
 		r.Health.Stop(b.Name)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -30,6 +31,9 @@ type Options struct {
 	Clock clock.WithTicker
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// Reviewer sends audit re-reviews; nil means the Prober if it is a
+	// *probe.HTTPProber, else a new one.
+	Reviewer audit.Reviewer
 }
 
 // queueRef hands the controller's workqueue, once it starts, to the probe
@@ -101,6 +105,21 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := mgr.Add(targets); err != nil {
 		return nil, fmt.Errorf("add target watches: %w", err)
 	}
+	reviewer := opts.Reviewer
+	if reviewer == nil {
+		if hp, ok := opts.Prober.(*probe.HTTPProber); ok {
+			reviewer = hp
+		} else {
+			reviewer = &probe.HTTPProber{}
+		}
+	}
+	audits := &AuditRunner{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Reviewer: reviewer,
+		Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Metrics: metrics,
+	}
+	if err := mgr.Add(audits); err != nil {
+		return nil, fmt.Errorf("add audit runner: %w", err)
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -109,6 +128,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		Recorder:  mgr.GetEventRecorder("tripswitch"),
 		Clock:     opts.Clock,
 		Metrics:   metrics,
+		Audits:    audits,
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).

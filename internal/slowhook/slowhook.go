@@ -14,10 +14,12 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
 )
@@ -44,10 +46,11 @@ type Server struct {
 
 	srv *http.Server
 
-	mu      sync.Mutex
-	delay   time.Duration
-	status  int
-	reviews []Review
+	mu         sync.Mutex
+	delay      time.Duration
+	status     int
+	denyPrefix string
+	reviews    []Review
 }
 
 // Start serves the webhook on an ephemeral 127.0.0.1 port until Close.
@@ -93,6 +96,14 @@ func (s *Server) SetStatus(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status = code
+}
+
+// SetDeny makes the webhook deny objects whose name starts with prefix, as
+// a policy webhook would; "" admits everything again.
+func (s *Server) SetDeny(prefix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.denyPrefix = prefix
 }
 
 // Reviews returns the admission requests answered so far, oldest first.
@@ -160,11 +171,14 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) {
 		UID: string(req.UID), Operation: string(req.Operation), Kind: req.Kind.Kind,
 		Namespace: req.Namespace, Name: req.Name, At: time.Now(),
 	})
+	deny := s.denyPrefix
 	s.mu.Unlock()
-	resp := admissionv1.AdmissionReview{
-		TypeMeta: review.TypeMeta,
-		Response: &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true},
+	answer := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if deny != "" && strings.HasPrefix(req.Name, deny) {
+		answer.Allowed = false
+		answer.Result = &metav1.Status{Code: http.StatusForbidden, Message: fmt.Sprintf("names starting with %q are not allowed", deny)}
 	}
+	resp := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: answer}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
 }

@@ -57,13 +57,20 @@ func TestChartMatchesKustomize(t *testing.T) {
 // no rule at all (an empty resourceNames would mean every name); every
 // optional part renders when enabled.
 func TestChartOptions(t *testing.T) {
-	role := find(helmTemplate(t, map[string]any{}), "ClusterRole", "tripswitch-webhook-configurations")
+	defaults := helmTemplate(t, map[string]any{})
+	if find(defaults, "ClusterRole", "tripswitch-audit") != nil {
+		t.Fatal("the audit role is rendered without audit.enabled")
+	}
+	role := find(defaults, "ClusterRole", "tripswitch-webhook-configurations")
 	if rules, _, _ := unstructured.NestedSlice(role.Object, "rules"); len(rules) != 0 {
 		t.Fatalf("no approved configurations, yet rules %v", rules)
 	}
 	objs := helmTemplate(t, map[string]any{
 		"approvedWebhookConfigurations": map[string]any{"mutating": []any{"a"}},
 		"endpointProbing":               map[string]any{"enabled": true},
+		"audit": map[string]any{"enabled": true, "resources": []any{
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}},
+		}},
 		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true},
 			"prometheusRule": map[string]any{"enabled": true}, "grafanaDashboard": map[string]any{"enabled": true}},
 		"breakers": map[string]any{"a": map[string]any{
@@ -73,6 +80,7 @@ func TestChartOptions(t *testing.T) {
 	})
 	for _, want := range [][2]string{
 		{"ClusterRole", "tripswitch-endpoint-probing"}, {"ServiceMonitor", "tripswitch-metrics"},
+		{"ClusterRole", "tripswitch-audit"}, {"ClusterRoleBinding", "tripswitch-audit"},
 		{"PrometheusRule", "tripswitch"}, {"ConfigMap", "tripswitch-dashboard"}, {"WebhookCircuitBreaker", "a"},
 	} {
 		if find(objs, want[0], want[1]) == nil {
@@ -83,6 +91,11 @@ func TestChartOptions(t *testing.T) {
 	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
 	if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[a]" {
 		t.Fatalf("rules for one approved configuration: %v", rules)
+	}
+	auditRole := find(objs, "ClusterRole", "tripswitch-audit")
+	auditRules, _, _ := unstructured.NestedSlice(auditRole.Object, "rules")
+	if fmt.Sprint(auditRules) != "[map[apiGroups:[apps] resources:[deployments] verbs:[get list]] map[apiGroups:[] resources:[namespaces] verbs:[list]]]" {
+		t.Fatalf("audit rules %v", auditRules)
 	}
 	deploy := find(objs, "Deployment", "tripswitch")
 	args, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+const auditUsage = `Usage: tripswitch audit BREAKER [--window N] [-o table|json] [--kubeconfig PATH]
+
+Lists every object the breaker's webhook would have reviewed that was created
+or updated while its circuit was open (window N of status.history, 1 being the
+most recent), and asks the recovered webhook about each with a dry-run
+AdmissionReview: Objected (a validating webhook denies it now: fix or delete
+it), WouldMutate (a mutating webhook would change it: re-apply it or roll the
+workload), NoObjection, NotChecked (the re-review failed), NotReviewed (the
+webhook has side effects). Read-only; needs get on the breaker and the webhook
+configuration and list on the resources the webhook's rules cover. The
+re-review calls the webhook from where this command runs: a service webhook is
+reached at <service>.<namespace>.svc, so run it in the cluster or use
+--no-review.
+`
+
+func runAudit(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tripswitch audit", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, auditUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	output := fs.String("o", "table", "output format: table or json")
+	window := fs.Int("window", 1, "which open window: 1 is the most recent, 2 the one before, ...")
+	qps := fs.Float64("qps", 5, "most API requests per second")
+	maxObjects := fs.Int("max-objects", 10000, "stop after this many matching objects")
+	noReview := fs.Bool("no-review", false, "list the objects without re-reviewing them")
+	// Flags may follow the breaker's name.
+	var name string
+	rest := args
+	for len(rest) > 0 {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if name != "" {
+			return fmt.Errorf("audit takes one breaker, got %q and %q", name, fs.Arg(0))
+		}
+		name, rest = fs.Arg(0), fs.Args()[1:]
+	}
+	switch {
+	case name == "":
+		fs.Usage()
+		return fmt.Errorf("audit needs a breaker name")
+	case *output != "table" && *output != "json":
+		return fmt.Errorf("-o %q: want table or json", *output)
+	case *window < 1:
+		return fmt.Errorf("--window %d: windows are numbered from 1 (the most recent)", *window)
+	case *qps <= 0:
+		return fmt.Errorf("--qps %v must be positive", *qps)
+	case *maxObjects < 1:
+		return fmt.Errorf("--max-objects %d must be at least 1", *maxObjects)
+	}
+	f := &flags{kubeconfig: *kubeconfig}
+	cfg, err := f.restConfig()
+	if err != nil {
+		return err
+	}
+	c, err := clusterClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	var b v1alpha1.WebhookCircuitBreaker
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &b); err != nil {
+		return fmt.Errorf("breaker %s: %w", name, err)
+	}
+	h := b.Status.History
+	if len(h) < *window {
+		return fmt.Errorf("breaker %s has %d open windows in its history; --window %d is not one of them", name, len(h), *window)
+	}
+	w := h[len(h)-*window]
+	to := time.Now()
+	if w.ClosedAt != nil {
+		to = w.ClosedAt.Time
+	}
+	wh, err := controller.WebhookOf(ctx, c, b.Spec.Target)
+	if err != nil {
+		return err
+	}
+	var reviewer audit.Reviewer
+	if !*noReview {
+		reviewer = &probe.HTTPProber{}
+	}
+	burst := max(int(*qps), 1)
+	a, err := audit.NewAuditor(cfg, float32(*qps), burst, reviewer)
+	if err != nil {
+		return err
+	}
+	a.MaxObjects = *maxObjects
+	report, err := a.Audit(ctx, wh, audit.Window{From: w.OpenedAt.Time, To: to})
+	if err != nil {
+		return fmt.Errorf("audit of breaker %s: %w", name, err)
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	return printAudit(out, report, w.ClosedAt == nil, a.Requests())
+}
+
+func printAudit(out io.Writer, r *audit.Report, stillOpen bool, requests int64) error {
+	open := ""
+	if stillOpen {
+		open = " (still open)"
+	}
+	fmt.Fprintf(out, "Webhook %s, window %s to %s%s: %d objects admitted without it (of %d listed in %s, %d API requests).\n",
+		r.Webhook, r.Window.From.UTC().Format(time.RFC3339), r.Window.To.UTC().Format(time.RFC3339), open, r.Found, r.Scanned, strings.Join(r.Resources, ", "), requests)
+	for _, v := range []audit.Verdict{audit.Objected, audit.WouldMutate, audit.NotChecked, audit.NotReviewed, audit.NoObjection} {
+		if n := r.Counts[v]; n > 0 {
+			fmt.Fprintf(out, "  %s: %d\n", v, n)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(out, "Note: %s\n", n)
+	}
+	if len(r.Findings) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERDICT\tOPERATION\tKIND\tOBJECT\tAT\tDETAIL")
+	for _, f := range r.Findings {
+		obj := f.Name
+		if f.Namespace != "" {
+			obj = f.Namespace + "/" + f.Name
+		}
+		detail := f.Message
+		if f.Patch != "" {
+			detail = "patch " + f.Patch
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Verdict, f.Operation, f.Kind, obj, f.At.UTC().Format(time.RFC3339), detail)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,120 @@
+// Package audit finds the objects a webhook would have reviewed while its
+// circuit was open, and asks the recovered webhook about each of them.
+//
+// Restoring a webhook's policy does not fix what was admitted without it: an
+// object created while a validating webhook was skipped may be one it
+// rejects, and one created while a mutating webhook was skipped lacks its
+// mutation. The audit lists such objects from the API server (read-only,
+// paginated, rate-limited, capped) and re-reviews each with a dry-run
+// AdmissionReview sent to the webhook itself.
+//
+// The evidence of "admitted in the window" is what the API server keeps:
+// metadata.creationTimestamp (a CREATE) and the managedFields times of
+// writes to the main resource (an UPDATE). Its limits: a manager's entry
+// keeps only its latest write, so an object updated in the window and again
+// by the same manager after it is missed; deleted objects are gone; times
+// have one-second resolution, so the window is widened to whole seconds;
+// an object whose managedFields were stripped shows only its creation.
+package audit
+
+import (
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Webhook is what the audit needs of a mutating or validating webhook.
+type Webhook struct {
+	Configuration           string
+	Name                    string
+	Mutating                bool
+	ClientConfig            admissionregistrationv1.WebhookClientConfig
+	Rules                   []admissionregistrationv1.RuleWithOperations
+	NamespaceSelector       *metav1.LabelSelector
+	ObjectSelector          *metav1.LabelSelector
+	MatchConditions         []admissionregistrationv1.MatchCondition
+	SideEffects             *admissionregistrationv1.SideEffectClass
+	TimeoutSeconds          *int32
+	AdmissionReviewVersions []string
+}
+
+// FromMutating describes a mutating webhook.
+func FromMutating(configuration string, w admissionregistrationv1.MutatingWebhook) Webhook {
+	return Webhook{Configuration: configuration, Name: w.Name, Mutating: true, ClientConfig: w.ClientConfig, Rules: w.Rules,
+		NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector, MatchConditions: w.MatchConditions,
+		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions}
+}
+
+// FromValidating describes a validating webhook.
+func FromValidating(configuration string, w admissionregistrationv1.ValidatingWebhook) Webhook {
+	return Webhook{Configuration: configuration, Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules,
+		NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector, MatchConditions: w.MatchConditions,
+		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions}
+}
+
+// Window is when the circuit was open.
+type Window struct {
+	From, To time.Time
+}
+
+// Verdict is what the recovered webhook says of one object.
+type Verdict string
+
+// Verdicts.
+const (
+	// Objected: a validating webhook denies the object now.
+	Objected Verdict = "Objected"
+	// WouldMutate: a mutating webhook returns a patch for it now.
+	WouldMutate Verdict = "WouldMutate"
+	// NoObjection: the webhook allows it unchanged.
+	NoObjection Verdict = "NoObjection"
+	// NotChecked: the re-review failed (the webhook errored, timed out or
+	// answered something unreadable); the object is not known to be clean.
+	NotChecked Verdict = "NotChecked"
+	// NotReviewed: the webhook declares side effects other than None or
+	// NoneOnDryRun, so it is never sent a re-review.
+	NotReviewed Verdict = "NotReviewed"
+)
+
+// Finding is one object admitted in the window that the webhook matches.
+type Finding struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Resource   string `json:"resource"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	// Operation is CREATE (created in the window) or UPDATE.
+	Operation string `json:"operation"`
+	// At is the evidence's time; Evidence names it.
+	At       time.Time `json:"at"`
+	Evidence string    `json:"evidence"`
+	Verdict  Verdict   `json:"verdict"`
+	// Message is the webhook's denial message, or why it was not checked.
+	Message string `json:"message,omitempty"`
+	// Patch is the JSON patch a mutating webhook returned.
+	Patch string `json:"patch,omitempty"`
+
+	obj *unstructured.Unstructured // as listed: re-reviewed without another read
+}
+
+// Report is one audit of one window.
+type Report struct {
+	Webhook  string    `json:"webhook"`
+	Window   Window    `json:"window"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Resources are the group/resources the webhook's rules cover.
+	Resources []string `json:"resources"`
+	// Scanned is how many objects were listed; Found how many matched.
+	Scanned, Found int
+	// Counts are the findings by verdict.
+	Counts map[Verdict]int `json:"counts"`
+	// Truncated: the cap was reached; later objects were not examined.
+	Truncated bool `json:"truncated,omitempty"`
+	// Notes say what limited the audit (a resource that could not be
+	// listed, conditions that could not be evaluated, side effects).
+	Notes    []string  `json:"notes,omitempty"`
+	Findings []Finding `json:"findings"`
+}

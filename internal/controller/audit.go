@@ -1,0 +1,260 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/audit"
+)
+
+// Audit event reasons and results.
+const (
+	ReasonAuditObjections = "AuditObjections"
+	ReasonAuditClean      = "AuditClean"
+	ReasonAuditFailed     = "AuditFailed"
+
+	AuditCompleted = "Completed"
+	AuditFailed    = "Failed"
+)
+
+// maxAuditRefs bounds status.history[].audit.objects (the CRD enforces it).
+const maxAuditRefs = 10
+
+// AuditRunner audits the open windows of breakers with spec.audit enabled,
+// one audit at a time, after each window closes. It runs on the leader.
+type AuditRunner struct {
+	// Client writes the result into the breaker's status.
+	Client client.Client
+	// Reader reads breakers and webhook configurations uncached.
+	Reader client.Reader
+	// Config is the identity audits list with; each audit limits a copy of
+	// it to the breaker's spec.audit.qps.
+	Config *rest.Config
+	// Reviewer sends the re-reviews.
+	Reviewer audit.Reviewer
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	Metrics  *Metrics
+
+	once    sync.Once
+	queue   chan string
+	pending sync.Map // breaker name -> struct{}
+}
+
+func (a *AuditRunner) init() {
+	a.once.Do(func() { a.queue = make(chan string, 1024) })
+}
+
+// Request asks for the breaker's pending audits; it never blocks, and a
+// breaker already waiting is not queued twice.
+func (a *AuditRunner) Request(breaker string) {
+	a.init()
+	if _, loaded := a.pending.LoadOrStore(breaker, struct{}{}); loaded {
+		return
+	}
+	select {
+	case a.queue <- breaker:
+	default:
+		a.pending.Delete(breaker) // full: the next reconcile asks again
+	}
+}
+
+// NeedLeaderElection: only the leader audits.
+func (a *AuditRunner) NeedLeaderElection() bool { return true }
+
+// Start audits requested breakers until ctx ends.
+func (a *AuditRunner) Start(ctx context.Context) error {
+	a.init()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-a.queue:
+			a.pending.Delete(name)
+			if err := a.AuditPending(ctx, name); err != nil && ctx.Err() == nil {
+				log.FromContext(ctx).Error(err, "audit", "breaker", name)
+			}
+		}
+	}
+}
+
+// auditDue reports whether b has a closed window without an audit.
+func auditDue(b *v1alpha1.WebhookCircuitBreaker) bool {
+	if b.Spec.Audit == nil || !b.Spec.Audit.Enabled {
+		return false
+	}
+	for _, w := range b.Status.History {
+		if w.ClosedAt != nil && w.Audit == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// AuditPending audits every closed window of the breaker that has no audit
+// yet, oldest first, and records each result in its status.
+func (a *AuditRunner) AuditPending(ctx context.Context, name string) error {
+	for {
+		var b v1alpha1.WebhookCircuitBreaker
+		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !auditDue(&b) {
+			return nil
+		}
+		var w v1alpha1.OpenWindow
+		for _, h := range b.Status.History {
+			if h.ClosedAt != nil && h.Audit == nil {
+				w = h
+				break
+			}
+		}
+		result, report := a.run(ctx, &b, w)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := a.record(ctx, name, w.OpenedAt, result); err != nil {
+			return err
+		}
+		a.report(&b, w, result, report)
+	}
+}
+
+// run performs one audit; a failure is a result, not an error.
+func (a *AuditRunner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audit.Report) {
+	now := func() metav1.Time { return metav1.NewTime(a.Clock.Now().Truncate(time.Second)) }
+	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audit.Report) {
+		return &v1alpha1.AuditResult{Result: AuditFailed, CompletedAt: now(), Message: "audit not possible: " + fmt.Sprintf(format, args...)}, nil
+	}
+	wh, err := WebhookOf(ctx, a.Reader, b.Spec.Target)
+	if err != nil {
+		return failed("%v", err)
+	}
+	spec := b.Spec.Audit
+	qps := max(spec.QPS, 1)
+	auditor, err := audit.NewAuditor(a.Config, float32(qps), int(qps), a.Reviewer)
+	if err != nil {
+		return failed("%v", err)
+	}
+	auditor.MaxObjects = int(max(spec.MaxObjects, 1))
+	to := w.OpenedAt.Time
+	if w.ClosedAt != nil {
+		to = w.ClosedAt.Time
+	}
+	report, err := auditor.Audit(ctx, wh, audit.Window{From: w.OpenedAt.Time, To: to})
+	if err != nil {
+		return failed("%v", err)
+	}
+	return resultOf(report, auditor.Requests(), now()), report
+}
+
+// resultOf summarises a report for the status.
+func resultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditResult {
+	res := &v1alpha1.AuditResult{
+		Result: AuditCompleted, CompletedAt: at, Found: int32(r.Found), Truncated: r.Truncated, Requests: requests,
+		Objected: int32(r.Counts[audit.Objected]), WouldMutate: int32(r.Counts[audit.WouldMutate]),
+		NoObjection: int32(r.Counts[audit.NoObjection]), NotChecked: int32(r.Counts[audit.NotChecked]),
+		NotReviewed: int32(r.Counts[audit.NotReviewed]), Message: strings.Join(r.Notes, "; "),
+	}
+	for _, f := range r.Findings {
+		if f.Verdict == audit.NoObjection || len(res.Objects) == maxAuditRefs {
+			continue
+		}
+		ref := f.Name
+		if f.Namespace != "" {
+			ref = f.Namespace + "/" + f.Name
+		}
+		res.Objects = append(res.Objects, fmt.Sprintf("%s %s %s", f.Verdict, f.Kind, ref))
+	}
+	return res
+}
+
+// record writes the result into the window that opened at openedAt.
+func (a *AuditRunner) record(ctx context.Context, name string, openedAt metav1.Time, result *v1alpha1.AuditResult) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var b v1alpha1.WebhookCircuitBreaker
+		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
+			return err
+		}
+		for i := range b.Status.History {
+			if b.Status.History[i].OpenedAt.Equal(&openedAt) {
+				b.Status.History[i].Audit = result
+				if err := a.Client.Status().Update(ctx, &b); err != nil {
+					return err
+				}
+				return nil
+			}
+		}
+		return nil // the window left the history meanwhile
+	})
+}
+
+func (a *AuditRunner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, r *audit.Report) {
+	if r != nil {
+		a.Metrics.setAudit(b.Name, r.Counts)
+	}
+	if a.Recorder == nil {
+		return
+	}
+	span := fmt.Sprintf("%s to %s", w.OpenedAt.UTC().Format(time.RFC3339), w.ClosedAt.UTC().Format(time.RFC3339))
+	switch {
+	case res.Result == AuditFailed:
+		a.Recorder.Eventf(b, nil, "Warning", ReasonAuditFailed, "Audit", "the objects admitted while the circuit was open (%s) could not be audited: %s", span, res.Message)
+	case res.Objected+res.WouldMutate+res.NotChecked > 0:
+		a.Recorder.Eventf(b, nil, "Warning", ReasonAuditObjections, "Audit",
+			"%d objects were admitted without the webhook (%s): %d it objects to now, %d it would mutate, %d not checked; `tripswitch audit %s` lists them",
+			res.Found, span, res.Objected, res.WouldMutate, res.NotChecked, b.Name)
+	default:
+		a.Recorder.Eventf(b, nil, "Normal", ReasonAuditClean, "Audit", "%d objects were admitted without the webhook (%s); it objects to none of them now (%d not reviewed)", res.Found, span, res.NotReviewed)
+	}
+}
+
+// WebhookOf reads the target webhook's current definition.
+func WebhookOf(ctx context.Context, r client.Reader, t v1alpha1.Target) (audit.Webhook, error) {
+	key := types.NamespacedName{Name: t.ConfigurationName}
+	switch t.Kind {
+	case v1alpha1.MutatingWebhookConfiguration:
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		if err := r.Get(ctx, key, &cfg); err != nil {
+			return audit.Webhook{}, describeGetErr(t, err)
+		}
+		for _, w := range cfg.Webhooks {
+			if w.Name == t.WebhookName {
+				return audit.FromMutating(cfg.Name, w), nil
+			}
+		}
+	case v1alpha1.ValidatingWebhookConfiguration:
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := r.Get(ctx, key, &cfg); err != nil {
+			return audit.Webhook{}, describeGetErr(t, err)
+		}
+		for _, w := range cfg.Webhooks {
+			if w.Name == t.WebhookName {
+				return audit.FromValidating(cfg.Name, w), nil
+			}
+		}
+	}
+	return audit.Webhook{}, fmt.Errorf("webhook %s is not in %s %s", t.WebhookName, t.Kind, t.ConfigurationName)
+}
+
+func describeGetErr(t v1alpha1.Target, err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s %s no longer exists", t.Kind, t.ConfigurationName)
+	}
+	return fmt.Errorf("read %s %s: %w", t.Kind, t.ConfigurationName, err)
+}

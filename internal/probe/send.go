@@ -1,0 +1,58 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// Send posts an AdmissionReview body to the webhook's own path, the way the
+// API server calls it (same destination, TLS trust and server name as
+// Probe), and returns the answer's status code and body. timeout bounds the
+// call, as the webhook's timeoutSeconds bounds the API server's.
+func (p *HTTPProber) Send(ctx context.Context, cc admissionregistrationv1.WebhookClientConfig, body []byte, timeout time.Duration) (int, []byte, error) {
+	ep, err := p.resolve(Target{ClientConfig: cc, Kind: v1alpha1.ProbeAdmissionReview})
+	if err != nil {
+		return 0, nil, err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, fmt.Errorf("build review request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := p.client(ep).Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, data, nil
+}
+
+// Unprobeable reports whether err says the webhook's client configuration
+// cannot be used (no URL or service, a bad caBundle), rather than that the
+// call failed.
+func Unprobeable(err error) bool {
+	var u unprobeable
+	return errors.As(err, &u)
+}
