@@ -169,6 +169,60 @@ type WebhookCircuitBreakerSpec struct {
 	// needs read access to those resources (the chart's audit values).
 	// +optional
 	Audit *AuditSpec `json:"audit,omitempty"`
+	// APIServerSignal, when enabled, is a second signal next to the probes:
+	// the API server's own counts of its calls to this webhook (from its
+	// /metrics: calls, and calls that failed under failurePolicy Fail or
+	// Ignore), as a failure rate over a sliding window. The circuit opens
+	// when either signal trips, and closes only on healthy probes while the
+	// API server no longer sees failures (with Bypass it stops calling the
+	// webhook, so it cannot see a recovery). Needs get on the non-resource
+	// URL /metrics (the chart's apiServerSignal values).
+	// +optional
+	APIServerSignal *APIServerSignalSpec `json:"apiServerSignal,omitempty"`
+}
+
+// APIServerSignalSpec configures the API server signal.
+type APIServerSignalSpec struct {
+	// Enabled turns the signal on.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// Window is the sliding window, from 10s to 10m. Default 30s.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('10s') && duration(self) <= duration('10m')",message="apiServerSignal.window must be a duration from 10s to 10m"
+	Window *metav1.Duration `json:"window,omitempty"`
+	// MinimumCalls is how many calls the window needs before a rate counts.
+	// Default 10.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MinimumCalls int32 `json:"minimumCalls,omitempty"`
+	// FailureRateThreshold is the percentage of failed calls that trips the
+	// signal. Default 50.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureRateThreshold int32 `json:"failureRateThreshold,omitempty"`
+}
+
+// APIServerSignalStatus is the API server signal as of the last reconcile.
+type APIServerSignalStatus struct {
+	// Failing: the window holds at least minimumCalls and the failure rate
+	// reached the threshold.
+	Failing bool `json:"failing"`
+	// FailureRatePercent is the rate, rounded down, or -1 below minimumCalls.
+	FailureRatePercent int32 `json:"failureRatePercent"`
+	// Calls and Failures are the API server's calls to the webhook in the window.
+	// +optional
+	Calls int64 `json:"calls,omitempty"`
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
+	// Message says why there is no signal, when there is none.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // AuditSpec configures the audit of open windows.
@@ -371,6 +425,14 @@ type WebhookCircuitBreakerStatus struct {
 	// Probe is the prober's recent view.
 	// +optional
 	Probe ProbeStatus `json:"probe,omitempty"`
+	// APIServer is the API server signal (spec.apiServerSignal), next to the
+	// probes' view in probe. Which signal opened a circuit is in the
+	// CircuitOpen condition's message and the window's reason ("3
+	// consecutive failed probes ..." or "the API server's calls to the
+	// webhook failed at ..."), and in the transition event's reason
+	// (WebhookUnhealthy or APIServerFailing).
+	// +optional
+	APIServer *APIServerSignalStatus `json:"apiServer,omitempty"`
 	// History lists the most recent open windows, newest last.
 	// +optional
 	// +kubebuilder:validation:MaxItems=20

@@ -100,6 +100,7 @@ type flags struct {
 	leaseDuration, renewDeadline, retry    time.Duration
 	qps                                    float64
 	burst, concurrency                     int
+	signalInterval                         time.Duration
 	showVersion                            bool
 	zap                                    zap.Options
 }
@@ -130,6 +131,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "steady rate of requests to the API server; a quiet controller makes well under 1 per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above --kube-api-qps: an outage of every webhook at once costs about 3 per breaker (patch, status, event), all due within a probe interval; the API server's priority and fairness still queues them")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 32, "breakers reconciled in parallel")
+	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	f.zap.BindFlags(fs)
@@ -138,6 +140,9 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit; see --help)", fs.Arg(0))
+	}
+	if f.signalInterval < time.Second {
+		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)
 	}
 	if f.qps <= 0 || f.burst < 1 || f.concurrency < 1 {
 		return nil, fmt.Errorf("--kube-api-qps, --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)
@@ -220,7 +225,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency}); err != nil {
+	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency, SignalInterval: f.signalInterval}); err != nil {
 		return err
 	}
 	// An open circuit is not a liveness failure: health reports only whether

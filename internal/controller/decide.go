@@ -64,6 +64,7 @@ const (
 	ReasonConfigurationFound = "Found"
 	ReasonArmed              = "Armed"
 	ReasonObserveReleases    = "ObserveReleases"
+	ReasonAPIServerFailing   = "APIServerFailing"
 )
 
 // Health is the monitor's view folded with the breaker's thresholds.
@@ -102,6 +103,10 @@ type Input struct {
 	// so health is unknown in both directions.
 	ProbeUnknown bool
 	ProbeReason  string
+	// APIServerFailing: the API server signal (spec.apiServerSignal) sees
+	// the webhook failing; APIServerReason says how.
+	APIServerFailing bool
+	APIServerReason  string
 	// Disarmed: a human overrode tripswitch during this outage.
 	Disarmed bool
 }
@@ -293,16 +298,23 @@ func decideAuto(in Input) Decision {
 		}
 		return d
 	}
-	switch in.Health.Verdict() {
-	case Healthy:
+	verdict := in.Health.Verdict()
+	switch {
+	case verdict == Unhealthy:
+		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason))
+	case in.APIServerFailing:
+		// Either signal opens; closing waits for this one to clear too.
+		if in.State.Record != nil && verdict == Healthy {
+			return Decision{Reason: ReasonStillOpen, Message: "probes are healthy, but " + in.APIServerReason + "; closing when it clears"}
+		}
+		return decideOpen(in, ReasonAPIServerFailing, in.APIServerReason)
+	case verdict == Healthy:
 		d := Decision{Reason: ReasonNoChange, Message: "webhook is healthy", Rearm: in.Disarmed}
 		if in.State.Record != nil {
 			d.Write, d.Reason = WriteClose, ReasonWebhookRecovered
 			d.Message = fmt.Sprintf("%d consecutive healthy probes; restoring the original policy", in.Health.Successes)
 		}
 		return d
-	case Unhealthy:
-		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason))
 	}
 	if in.State.Record != nil {
 		return Decision{Reason: ReasonStillOpen, Message: "circuit is open; waiting for enough healthy probes"}

@@ -60,6 +60,12 @@ func TestDecide(t *testing.T) {
 		{name: "a healthy closed webhook is left alone", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: up}, wantReason: ReasonNoChange},
 		{name: "a failing webhook opens after the threshold", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down}, wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
 		{name: "a webhook below the failure threshold stays closed", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: pending}, wantReason: ReasonAwaitingProbes},
+		{name: "the API server signal opens before the probes do", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: pending, APIServerFailing: true}, wantWrite: WriteOpen, wantReason: ReasonAPIServerFailing},
+		{name: "the API server signal opens even with healthy probes", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: up, APIServerFailing: true}, wantWrite: WriteOpen, wantReason: ReasonAPIServerFailing},
+		{name: "healthy probes do not close while the API server still sees failures", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: up, APIServerFailing: true}, wantReason: ReasonStillOpen},
+		{name: "the API server signal alone never closes", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: pending}, wantReason: ReasonStillOpen},
+		{name: "the API server signal cannot open a webhook that cannot be probed", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, ProbeUnknown: true, APIServerFailing: true}, wantReason: ReasonProbeUnsupported},
+		{name: "a disarm holds against the API server signal", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: pending, APIServerFailing: true, Disarmed: true}, wantReason: ReasonDisarmed},
 		{name: "unknown health never opens", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: unknown}, wantReason: ReasonAwaitingProbes},
 		{name: "unknown health never closes an open circuit", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: unknown}, wantReason: ReasonStillOpen},
 		{name: "an open circuit stays open while the webhook is down", in: Input{Mode: v1alpha1.ModeAuto, State: openIgnore, Health: down}, wantReason: ReasonStillOpen},
@@ -118,15 +124,17 @@ func TestDecide(t *testing.T) {
 
 // FuzzDecide checks the safety rules over arbitrary inputs.
 func FuzzDecide(f *testing.F) {
-	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false)
-	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false)
-	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, probeUnknown bool) {
+	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false, false)
+	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false, false)
+	f.Add(uint8(0), uint8(0), uint8(1), int32(0), int32(9), false, false, false, true)
+	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, probeUnknown, apiFailing bool) {
 		modes := []v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}
 		actions := []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass}
 		states := []circuit.State{closedFail, openIgnore, openBypass, adminIgnore, adminClosed, corrupt, othersRecord, {Index: -1}}
 		in := Input{
 			Mode: modes[int(mode)%len(modes)], Action: actions[int(action)%len(actions)], BreakerUID: uid,
 			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed, ProbeUnknown: probeUnknown,
+			APIServerFailing: apiFailing, APIServerReason: "scripted",
 			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5},
 		}
 		in.TargetFound = in.State.Index >= 0
@@ -139,12 +147,12 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("opened while it must not: %+v", in)
 		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.ProbeUnknown:
 			t.Fatalf("Auto opened a webhook it cannot probe: %+v", in)
-		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict() != Unhealthy:
-			t.Fatalf("Auto opened without an Unhealthy verdict: %+v", in)
+		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict() != Unhealthy && !in.APIServerFailing:
+			t.Fatalf("Auto opened with neither signal tripped: %+v", in)
 		case d.Write == WriteClose && !in.State.Intact():
 			t.Fatalf("closed over a value it does not own: %+v", in)
-		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.Health.Verdict() != Healthy && in.State.Record.Action == in.Action:
-			t.Fatalf("Auto closed without a Healthy verdict: %+v", in)
+		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.State.Record.Action == in.Action && (in.Health.Verdict() != Healthy || in.APIServerFailing):
+			t.Fatalf("Auto closed without healthy probes and a clear API server signal: %+v", in)
 		case (d.Write == WriteOpen || d.Write == WriteDrop) && in.Mode == v1alpha1.ModeObserve:
 			t.Fatalf("Observe wrote %s; it may only release what it holds", d.Write)
 		case d.Write == WriteOpen && d.Action != in.Action:

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -62,6 +63,9 @@ type Reconciler struct {
 	// Audits, if set, is asked for the audit of each closed window of a
 	// breaker with spec.audit enabled.
 	Audits interface{ Request(breaker string) }
+	// Signals, if set, keeps the API server signal of breakers with
+	// spec.apiServerSignal enabled.
+	Signals SignalSource
 
 	written sync.Map // breaker name -> resourceVersion of the last write to it
 }
@@ -80,11 +84,19 @@ func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) bool {
 	return ok && v.(string) != b.ResourceVersion
 }
 
+// SignalSource keeps the API server signal; *apisignal.Tracker implements it.
+type SignalSource interface {
+	Ensure(breaker string, s apisignal.Settings) error
+	Stop(breaker string)
+	Observe(breaker string) (apisignal.Status, bool)
+}
+
 // observed is what one reconcile read.
 type observed struct {
 	cfg    *circuit.Configuration // nil when the configuration is missing
 	state  circuit.State
 	health probe.Observation
+	signal *apisignal.Status // nil: the API server signal is off
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -94,6 +106,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Health.Stop(req.Name)
+			if r.Signals != nil {
+				r.Signals.Stop(req.Name)
+			}
 			r.Metrics.forget(req.Name)
 			r.written.Delete(req.Name)
 			if r.Targets != nil {
@@ -238,7 +253,43 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		r.Health.Ensure(b.Name, settings)
 	}
 	obs.health, _ = r.Health.Observe(b.Name)
+	obs.signal = r.observeSignal(b, obs, deleting)
 	return obs, nil
+}
+
+// observeSignal keeps the API server signal of a breaker that enabled it.
+func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, obs observed, deleting bool) *apisignal.Status {
+	spec := b.Spec.APIServerSignal
+	if r.Signals == nil {
+		return nil
+	}
+	if spec == nil || !spec.Enabled || deleting || obs.state.Index < 0 {
+		r.Signals.Stop(b.Name)
+		return nil
+	}
+	typ := "validating"
+	if b.Spec.Target.Kind == v1alpha1.MutatingWebhookConfiguration {
+		typ = "admit"
+	}
+	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: typ},
+		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
+	if spec.Window != nil && spec.Window.Duration > 0 {
+		settings.Window = spec.Window.Duration
+	}
+	if spec.MinimumCalls > 0 {
+		settings.MinimumCalls = int(spec.MinimumCalls)
+	}
+	if spec.FailureRateThreshold > 0 {
+		settings.FailureRateThreshold = float64(spec.FailureRateThreshold)
+	}
+	if err := r.Signals.Ensure(b.Name, settings); err != nil {
+		return &apisignal.Status{FailureRate: -1, Message: err.Error()}
+	}
+	st, ok := r.Signals.Observe(b.Name)
+	if !ok {
+		return nil
+	}
+	return &st
 }
 
 func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, deleting bool) Input {
@@ -255,12 +306,16 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 			FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 			LastReason: obs.health.Last.Reason,
 		},
-		ProbeUnknown: obs.health.Last.Status == probe.Unknown,
-		ProbeReason:  obs.health.Last.Reason,
-		Disarmed:     b.Status.DisarmedReason != "" && !rearmRequested(b),
+		ProbeUnknown:     obs.health.Last.Status == probe.Unknown,
+		APIServerFailing: obs.signal != nil && obs.signal.Failing,
+		ProbeReason:      obs.health.Last.Reason,
+		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
 	}
 	if in.Action == "" {
 		in.Action = v1alpha1.OpenActionIgnore
+	}
+	if in.APIServerFailing {
+		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
 	}
 	if obs.cfg != nil && obs.cfg.Object.GetUID() == b.Status.TargetUID {
 		in.Mirror = b.Status.Record

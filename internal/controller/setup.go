@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -34,6 +36,9 @@ type Options struct {
 	// Reviewer sends audit re-reviews; nil means the Prober if it is a
 	// *probe.HTTPProber, else a new one.
 	Reviewer audit.Reviewer
+	// SignalInterval is how often the API server's /metrics is read for
+	// breakers with spec.apiServerSignal; default 5s.
+	SignalInterval time.Duration
 }
 
 // queueRef hands the controller's workqueue, once it starts, to the probe
@@ -120,6 +125,14 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := mgr.Add(audits); err != nil {
 		return nil, fmt.Errorf("add audit runner: %w", err)
 	}
+	if opts.SignalInterval <= 0 {
+		opts.SignalInterval = 5 * time.Second
+	}
+	signals := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: opts.SignalInterval,
+		Clock: opts.Clock, Changed: enqueue}
+	if err := mgr.Add(signals); err != nil {
+		return nil, fmt.Errorf("add api server signal: %w", err)
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -129,6 +142,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		Clock:     opts.Clock,
 		Metrics:   metrics,
 		Audits:    audits,
+		Signals:   signals,
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).

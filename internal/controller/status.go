@@ -103,6 +103,11 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		s.Record = ours
 	}
 
+	s.APIServer = nil
+	if sig := obs.signal; sig != nil {
+		s.APIServer = &v1alpha1.APIServerSignalStatus{Failing: sig.Failing, FailureRatePercent: int32(sig.FailureRate),
+			Calls: sig.Calls, Failures: sig.Failures, Message: sig.Message}
+	}
 	if rearmRequested(b) {
 		s.ObservedRearm = b.Annotations[RearmAnnotation]
 		s.DisarmedReason = ""

@@ -85,10 +85,19 @@ type Sample struct {
 
 // Run is one pass of the scenario with one open action.
 type Run struct {
-	Action  v1alpha1.OpenAction
+	Action v1alpha1.OpenAction
+	// Signal: the breaker also used the API server signal in this run, and
+	// the creates of the delayed phase came four at a time, as from several
+	// clients.
+	Signal  bool
 	Samples []Sample
 	// FaultAt, OpenedAt, RecoveredAt and ClosedAt are offsets from the run's start.
 	FaultAt, OpenedAt, RecoveredAt, ClosedAt time.Duration
+	// ProbesAt is when the breaker's status first showed failureThreshold
+	// failed probes; SignalAt when it first showed the API server signal
+	// failing (0: never). OpenedBy is the reason the circuit opened with.
+	ProbesAt, SignalAt time.Duration
+	OpenedBy           string
 	// Webhook is the target webhook as read back from the API server at each phase.
 	Webhook map[Phase]string
 	// Failures lists expectations that did not hold.
@@ -148,14 +157,18 @@ func Execute(ctx context.Context, opts Options) ([]Run, error) {
 
 	var runs []Run
 	var failed []string
-	for _, action := range []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass} {
-		run, err := e.run(ctx, action)
+	for _, pass := range []struct {
+		action v1alpha1.OpenAction
+		signal bool
+	}{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionBypass, true}} {
+		run, err := e.run(ctx, pass.action, pass.signal)
+		name := runName(run)
 		if err != nil {
-			return runs, fmt.Errorf("%s run: %w", action, err)
+			return runs, fmt.Errorf("%s run: %w", name, err)
 		}
 		runs = append(runs, run)
 		for _, f := range run.Failures {
-			failed = append(failed, string(action)+": "+f)
+			failed = append(failed, name+": "+f)
 		}
 	}
 	if len(failed) > 0 {
@@ -221,7 +234,7 @@ func InProcess(ctx context.Context, cfg *rest.Config, dir string) (stop func(), 
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}}); err != nil {
+	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, SignalInterval: time.Second}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -280,36 +293,42 @@ func (e *env) install(ctx context.Context) error {
 }
 
 // run is one pass of the scenario with action.
-func (e *env) run(ctx context.Context, action v1alpha1.OpenAction) (Run, error) {
-	if err := e.setAction(ctx, action); err != nil {
-		return Run{}, err
+func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) (Run, error) {
+	r := Run{Action: action, Signal: signal, Webhook: map[Phase]string{}}
+	if err := e.configure(ctx, action, signal); err != nil {
+		return r, err
 	}
-	r := Run{Action: action, Webhook: map[Phase]string{}}
+	name := runName(r)
 	e.start = time.Now()
 	w := e.watch(ctx)
 	defer w.stop()
 	out := e.opts.Out
-	logf(out, "[%s] phase 1: healthy webhook, policy Fail: creating %d ConfigMaps", action, e.opts.Creates)
+	logf(out, "[%s] phase 1: healthy webhook, policy Fail: creating %d ConfigMaps", name, e.opts.Creates)
 	e.creates(ctx, &r, PhaseHealthy, e.opts.Creates)
 	r.Webhook[PhaseHealthy] = e.describe(ctx)
 
 	e.hook.SetDelay(e.opts.Delay)
 	r.FaultAt = e.since()
-	logf(out, "[%s] phase 2: webhook now answers after %s (timeoutSeconds 1); creating until the circuit opens", action, e.opts.Delay)
+	logf(out, "[%s] phase 2: webhook now answers after %s (timeoutSeconds 1); creating until the circuit opens", name, e.opts.Delay)
 	for !w.open() {
 		if e.since()-r.FaultAt > time.Minute {
 			return r, errors.New("circuit did not open within a minute of the fault")
 		}
-		e.creates(ctx, &r, PhaseDelayed, 1)
+		if signal {
+			e.parallelCreates(ctx, &r, PhaseDelayed, 4)
+		} else {
+			e.creates(ctx, &r, PhaseDelayed, 1)
+		}
 	}
 	r.OpenedAt = w.openedAt()
+	r.ProbesAt, r.SignalAt, r.OpenedBy = w.signals()
 	r.Webhook[PhaseOpen] = e.describe(ctx)
-	logf(out, "[%s] phase 3: circuit open after %s: creating %d ConfigMaps", action, (r.OpenedAt - r.FaultAt).Round(10*time.Millisecond), e.opts.Creates)
+	logf(out, "[%s] phase 3: circuit open after %s: creating %d ConfigMaps", name, (r.OpenedAt - r.FaultAt).Round(10*time.Millisecond), e.opts.Creates)
 	e.creates(ctx, &r, PhaseOpen, e.opts.Creates)
 
 	e.hook.SetDelay(0)
 	r.RecoveredAt = e.since()
-	logf(out, "[%s] phase 4: webhook healthy again; waiting for the circuit to close", action)
+	logf(out, "[%s] phase 4: webhook healthy again; waiting for the circuit to close", name)
 	for w.open() {
 		if e.since()-r.RecoveredAt > time.Minute {
 			return r, errors.New("circuit did not close within a minute of recovery")
@@ -319,26 +338,51 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction) (Run, error) 
 	}
 	r.ClosedAt = w.closedAt()
 	r.Webhook[PhaseRecovered] = e.describe(ctx)
-	logf(out, "[%s] phase 5: circuit closed after %s: creating %d ConfigMaps", action, (r.ClosedAt - r.RecoveredAt).Round(10*time.Millisecond), e.opts.Creates)
+	logf(out, "[%s] phase 5: circuit closed after %s: creating %d ConfigMaps", name, (r.ClosedAt - r.RecoveredAt).Round(10*time.Millisecond), e.opts.Creates)
 	e.creates(ctx, &r, PhaseRecovered, e.opts.Creates)
 	r.Failures = check(r)
 	return r, nil
 }
 
-func (e *env) setAction(ctx context.Context, action v1alpha1.OpenAction) error {
+// configure sets the breaker's open action and API server signal.
+func (e *env) configure(ctx context.Context, action v1alpha1.OpenAction, signal bool) error {
 	var wcb v1alpha1.WebhookCircuitBreaker
 	if err := e.c.Get(ctx, client.ObjectKey{Name: Breaker}, &wcb); err != nil {
 		return fmt.Errorf("get breaker: %w", err)
 	}
-	if wcb.Spec.OpenAction == action {
-		return nil
-	}
 	base := wcb.DeepCopy()
 	wcb.Spec.OpenAction = action
+	wcb.Spec.APIServerSignal = nil
+	if signal {
+		// A short window, so that the circuit closes soon after recovery
+		// (Bypass stops the API server's calls; the failures must leave the window).
+		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 10 * time.Second}, MinimumCalls: 4, FailureRateThreshold: 50}
+	}
 	if err := e.c.Patch(ctx, &wcb, client.MergeFrom(base)); err != nil {
-		return fmt.Errorf("set openAction %s: %w", action, err)
+		return fmt.Errorf("configure breaker (openAction %s, API server signal %v): %w", action, signal, err)
 	}
 	return nil
+}
+
+// runName names a run in logs and reports.
+func runName(r Run) string {
+	if r.Signal {
+		return string(r.Action) + " + API server signal"
+	}
+	return string(r.Action)
+}
+
+// parallelCreates makes n ConfigMaps at once, as n clients would.
+func (e *env) parallelCreates(ctx context.Context, r *Run, phase Phase, n int) {
+	results := make([]Run, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { e.creates(ctx, &results[i], phase, 1) })
+	}
+	wg.Wait()
+	for _, x := range results {
+		r.Samples = append(r.Samples, x.Samples...)
+	}
 }
 
 func (e *env) since() time.Duration { return time.Since(e.start) }
@@ -386,11 +430,14 @@ func (e *env) describe(ctx context.Context) string {
 // watcher polls the webhook configuration and timestamps circuit transitions
 // as the API server shows them.
 type watcher struct {
-	mu      sync.Mutex
-	isOpen  bool
-	changes []time.Duration
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu       sync.Mutex
+	isOpen   bool
+	changes  []time.Duration
+	probesAt time.Duration // first status with failureThreshold failed probes
+	signalAt time.Duration // first status with the API server signal failing
+	openedBy string
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func (e *env) watch(ctx context.Context) *watcher {
@@ -411,6 +458,21 @@ func (e *env) watch(ctx context.Context) *watcher {
 				}
 				w.mu.Unlock()
 			}
+			var wcb v1alpha1.WebhookCircuitBreaker
+			if err := e.c.Get(ctx, client.ObjectKey{Name: Breaker}, &wcb); err == nil {
+				now := e.since()
+				w.mu.Lock()
+				if w.probesAt == 0 && wcb.Status.Probe.ConsecutiveFailures >= 3 {
+					w.probesAt = now
+				}
+				if w.signalAt == 0 && wcb.Status.APIServer != nil && wcb.Status.APIServer.Failing {
+					w.signalAt = now
+				}
+				if w.openedBy == "" && wcb.Status.Record != nil {
+					w.openedBy = wcb.Status.Record.Reason
+				}
+				w.mu.Unlock()
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -422,6 +484,13 @@ func (e *env) watch(ctx context.Context) *watcher {
 }
 
 func (w *watcher) stop() { w.cancel(); <-w.done }
+
+// signals returns when each signal first tripped, and what opened the circuit.
+func (w *watcher) signals() (probes, signal time.Duration, openedBy string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.probesAt, w.signalAt, w.openedBy
+}
 
 func (w *watcher) open() bool {
 	w.mu.Lock()
@@ -489,6 +558,9 @@ func check(r Run) []string {
 		expect(open >= 900*time.Millisecond, "Ignore: open-phase p50 %s, want about the 1s webhook timeout (Ignore still waits)", open)
 	case v1alpha1.OpenActionBypass:
 		expect(open <= max(3*healthy, bypassFloor), "Bypass: open-phase p50 %s, want at most 3× the healthy p50 %s (floor %s)", open, healthy, bypassFloor)
+	}
+	if r.Signal {
+		expect(r.SignalAt > 0, "the API server signal never showed failing")
 	}
 	expect(r.Webhook[PhaseHealthy] == "failurePolicy=Fail", "healthy webhook reads %q", r.Webhook[PhaseHealthy])
 	expect(r.Webhook[PhaseRecovered] == "failurePolicy=Fail", "restored webhook reads %q, want the original failurePolicy=Fail", r.Webhook[PhaseRecovered])

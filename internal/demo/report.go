@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +21,7 @@ func Report(w io.Writer, runs []Run) error {
 			if len(lat) == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", p, policyIn(r.Action, p), result(admitted, len(lat)), ms(r.Median(p)), ms(lat[len(lat)-1]))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", p, policyIn(r, p), result(admitted, len(lat)), ms(r.Median(p)), ms(lat[len(lat)-1]))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -32,27 +33,62 @@ func Report(w io.Writer, runs []Run) error {
 	for _, r := range runs {
 		_, admitted := r.Latencies(PhaseDelayed)
 		lat, _ := r.Latencies(PhaseDelayed)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f×\t\n", r.Action, ms(r.OpenedAt-r.FaultAt), len(lat)-admitted, ms(r.ClosedAt-r.RecoveredAt),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f×\t\n", runName(r), ms(r.OpenedAt-r.FaultAt), len(lat)-admitted, ms(r.ClosedAt-r.RecoveredAt),
 			float64(r.Median(PhaseOpen))/float64(max(r.Median(PhaseHealthy), time.Microsecond)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "run\tprobes unhealthy\tAPI server signal failing\tcircuit open\topened by\t")
 	for _, r := range runs {
-		fmt.Fprintf(w, "%s: webhook as read back: healthy {%s}, open {%s}, restored {%s}\n", r.Action, r.Webhook[PhaseHealthy], r.Webhook[PhaseOpen], r.Webhook[PhaseRecovered])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", runName(r), after(r.ProbesAt, r.FaultAt), after(r.SignalAt, r.FaultAt), ms(r.OpenedAt-r.FaultAt), openedBy(r.OpenedBy))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "(times after the fault; -: not before the circuit opened. The API server signal is on in the last run only, where four clients create at once)")
+	fmt.Fprintln(w)
+	for _, r := range runs {
+		fmt.Fprintf(w, "%s: webhook as read back: healthy {%s}, open {%s}, restored {%s}\n", runName(r), r.Webhook[PhaseHealthy], r.Webhook[PhaseOpen], r.Webhook[PhaseRecovered])
 	}
 	return nil
 }
 
-func policyIn(action v1alpha1.OpenAction, p Phase) string {
-	if p != PhaseOpen {
-		return "Fail"
+// after is t since the fault, or "-" when it never happened.
+func after(t, fault time.Duration) string {
+	if t == 0 {
+		return "-"
 	}
-	if action == v1alpha1.OpenActionBypass {
-		return "Fail + Bypass"
+	return ms(t - fault)
+}
+
+// openedBy names the signal from the open record's reason.
+func openedBy(reason string) string {
+	switch {
+	case strings.Contains(reason, "consecutive failed probes"):
+		return "probes"
+	case strings.Contains(reason, "API server"):
+		return "API server signal"
+	case reason == "":
+		return "-"
 	}
-	return "Ignore"
+	return reason
+}
+
+func policyIn(r Run, p Phase) string {
+	policy := "Fail"
+	switch {
+	case p == PhaseOpen && r.Action == v1alpha1.OpenActionBypass:
+		policy = "Fail + Bypass"
+	case p == PhaseOpen:
+		policy = "Ignore"
+	}
+	if r.Signal {
+		policy += " (API server signal on)"
+	}
+	return policy
 }
 
 func result(admitted, n int) string {

@@ -78,7 +78,7 @@ func writeCanvas(path string, c vg.CanvasWriterTo) error {
 
 func runPlot(r Run) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("openAction: %s (webhook timeoutSeconds 1, injected delay 2s)", r.Action)
+	p.Title.Text = fmt.Sprintf("openAction: %s (webhook timeoutSeconds 1, injected delay 2s)", runName(r))
 	p.X.Label.Text = "seconds since the run started"
 	p.Y.Label.Text = "ConfigMap create latency (ms)"
 	p.Add(plotter.NewGrid())

@@ -2,12 +2,16 @@ package deploy
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -58,8 +62,10 @@ func TestChartMatchesKustomize(t *testing.T) {
 // optional part renders when enabled.
 func TestChartOptions(t *testing.T) {
 	defaults := helmTemplate(t, map[string]any{})
-	if find(defaults, "ClusterRole", "tripswitch-audit") != nil {
-		t.Fatal("the audit role is rendered without audit.enabled")
+	for _, opt := range []string{"tripswitch-audit", "tripswitch-apiserver-signal"} {
+		if find(defaults, "ClusterRole", opt) != nil {
+			t.Fatalf("%s is rendered without being enabled", opt)
+		}
 	}
 	role := find(defaults, "ClusterRole", "tripswitch-webhook-configurations")
 	if rules, _, _ := unstructured.NestedSlice(role.Object, "rules"); len(rules) != 0 {
@@ -68,6 +74,7 @@ func TestChartOptions(t *testing.T) {
 	objs := helmTemplate(t, map[string]any{
 		"approvedWebhookConfigurations": map[string]any{"mutating": []any{"a"}},
 		"endpointProbing":               map[string]any{"enabled": true},
+		"apiServerSignal":               map[string]any{"enabled": true},
 		"audit": map[string]any{"enabled": true, "resources": []any{
 			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}},
 		}},
@@ -81,6 +88,7 @@ func TestChartOptions(t *testing.T) {
 	for _, want := range [][2]string{
 		{"ClusterRole", "tripswitch-endpoint-probing"}, {"ServiceMonitor", "tripswitch-metrics"},
 		{"ClusterRole", "tripswitch-audit"}, {"ClusterRoleBinding", "tripswitch-audit"},
+		{"ClusterRole", "tripswitch-apiserver-signal"}, {"ClusterRoleBinding", "tripswitch-apiserver-signal"},
 		{"PrometheusRule", "tripswitch"}, {"ConfigMap", "tripswitch-dashboard"}, {"WebhookCircuitBreaker", "a"},
 	} {
 		if find(objs, want[0], want[1]) == nil {
@@ -101,5 +109,46 @@ func TestChartOptions(t *testing.T) {
 	args, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
 	if !strings.Contains(fmt.Sprint(args), "--metrics-secure=false") {
 		t.Fatalf("metrics.secure=false not passed to the manager: %v", args)
+	}
+}
+
+// TestKustomizeComponents: config/default with every optional component
+// builds and carries each component's role, bound to the ServiceAccount in
+// the install namespace.
+func TestKustomizeComponents(t *testing.T) {
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, repoPath(t, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources:\n  - " + rel + "/default\ncomponents:\n"
+	for _, c := range []string{"endpoint-probing", "audit", "apiserver-signal"} {
+		k += "  - " + rel + "/" + c + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
+	if err != nil {
+		t.Fatalf("kustomize build with every component: %v", err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	for _, name := range []string{"tripswitch-endpoint-probing", "tripswitch-audit", "tripswitch-apiserver-signal"} {
+		if find(objs, "ClusterRole", name) == nil {
+			t.Errorf("ClusterRole %s missing", name)
+		}
+		b := find(objs, "ClusterRoleBinding", name)
+		if b == nil {
+			t.Errorf("ClusterRoleBinding %s missing", name)
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		if ns := subjects[0].(map[string]any)["namespace"]; ns != "tripswitch-system" {
+			t.Errorf("%s binds the ServiceAccount in %v", name, ns)
+		}
 	}
 }

@@ -36,7 +36,7 @@ func TestDemoScenarioAgainstControllerProcess(t *testing.T) {
 	runs, err := demo.Execute(t.Context(), demo.Options{
 		Assets: assets, Dir: t.TempDir(), Out: logWriter{t}, Creates: 7,
 		Controller: func(_ context.Context, cfg *rest.Config, _ string) (func(), error) {
-			p := startController(t, kubeconfigFile(t, cfg), "demo")
+			p := startController(t, kubeconfigFile(t, cfg), "demo", "--apiserver-signal-interval=1s")
 			return p.kill, nil
 		},
 	})
@@ -48,7 +48,7 @@ func TestDemoScenarioAgainstControllerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 2 || runs[0].Action != v1alpha1.OpenActionIgnore || runs[1].Action != v1alpha1.OpenActionBypass {
-		t.Fatalf("runs = %d, want Ignore then Bypass", len(runs))
+	if len(runs) != 3 || runs[0].Action != v1alpha1.OpenActionIgnore || runs[1].Action != v1alpha1.OpenActionBypass || !runs[2].Signal {
+		t.Fatalf("runs = %d, want Ignore, Bypass, then Bypass with the API server signal", len(runs))
 	}
 }

@@ -1,0 +1,102 @@
+package controller_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
+)
+
+// TestAPIServerSignalOpensAndHoldsTheCircuit: a webhook with failurePolicy
+// Fail answers 500. Before the probes reach their threshold, the API
+// server's own failure counts trip the signal and the circuit opens with
+// reason APIServerFailing, shown in the status next to the probes. Healthy
+// probes do not close it while the API server still saw failures in the
+// window; once the window has slid past them, they do.
+func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) {
+	b := newBed(t)
+	hook, err := slowhook.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hook.Close() })
+	label := map[string]string{"tripswitch.test/signal": b.cfg}
+	b.createConfig(func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
+		w := &cfg.Webhooks[1]
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/mutate"), CABundle: hook.CABundle}
+		w.Rules = []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+		}}
+		w.ObjectSelector = &metav1.LabelSelector{MatchLabels: label}
+		w.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+		w.TimeoutSeconds = ptr.To[int32](2)
+	})
+	name := b.cfg
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.OpenAction = v1alpha1.OpenActionBypass
+		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
+	})
+	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
+	r := b.reconciler(b.c)
+	r.Signals = tracker
+	b.settle(r, name) // registers the signal
+	tracker.Scrape(b.ctx)
+
+	// The outage, as the API server lives it: every create fails to call the webhook.
+	hook.SetStatus(500)
+	called := 0
+	for i := 0; called < 12 && i < 600; i++ {
+		err := b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%d", b.cfg, i), Labels: label}})
+		if err != nil {
+			called++ // refused: the API server called the failing webhook
+		} else {
+			time.Sleep(50 * time.Millisecond) // it has not picked up the configuration yet
+		}
+	}
+	b.clock.Step(time.Second)
+	tracker.Scrape(b.ctx)
+	b.health.set(name, probe.Unhealthy) // one failed probe: below the threshold of 3
+	b.health.mu.Lock()
+	o := b.health.obs[name]
+	o.ConsecutiveFailures = 1
+	b.health.obs[name] = o
+	b.health.mu.Unlock()
+	b.settle(r, name)
+	got := b.getBreaker(name)
+	if got.Status.State != v1alpha1.StateOpen || len(got.Status.History) != 1 || !strings.HasPrefix(got.Status.History[0].Reason, "the API server's calls to the webhook failed") {
+		t.Fatalf("state %s history %+v: want Open by the API server signal", got.Status.State, got.Status.History)
+	}
+	if a := got.Status.APIServer; a == nil || !a.Failing || a.Failures < 10 || a.FailureRatePercent < 50 {
+		t.Fatalf("status.apiServer %+v", got.Status.APIServer)
+	}
+
+	// Probes healthy, but the failures are still in the window: stays open.
+	b.drive(r, name, probe.Healthy)
+	if s := b.getBreaker(name).Status.State; s != v1alpha1.StateOpen {
+		t.Fatalf("closed with the API server signal still failing: %s", s)
+	}
+	// The window slides past the failures (Bypass: no new calls); it closes.
+	b.clock.Step(31 * time.Second)
+	tracker.Scrape(b.ctx)
+	b.settle(r, name)
+	got = b.getBreaker(name)
+	if got.Status.State != v1alpha1.StateClosed || got.Status.APIServer == nil || got.Status.APIServer.Failing {
+		t.Fatalf("state %s apiServer %+v: want Closed with the signal clear", got.Status.State, got.Status.APIServer)
+	}
+}
