@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,28 +10,18 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // TestAuditCommand: `tripswitch audit BREAKER` prints every object of the
 // window with the validating webhook's verdict; -o json is the report.
 func TestAuditCommand(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	env, kubeconfig := cluster(t)
 	ctx, c := t.Context(), env.Client
-	kc, err := env.AdminKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	hook, err := slowhook.Start()
 	if err != nil {
 		t.Fatal(err)

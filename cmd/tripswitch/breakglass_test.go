@@ -25,16 +25,8 @@ import (
 // status lists what is open, restore --all restores what it may, names what
 // it refused, and fails.
 func TestBreakGlassCommands(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	env, kubeconfig := cluster(t)
 	ctx, c := t.Context(), env.Client
-	kc, err := env.AdminKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range []string{"a", "b"} {
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -81,7 +73,7 @@ func TestBreakGlassCommands(t *testing.T) {
 		t.Fatalf("status table: %v\n%s", err, out.String())
 	}
 	out.Reset()
-	err = dispatch([]string{"restore", "--kubeconfig", kubeconfig, "--all"}, &out)
+	err := dispatch([]string{"restore", "--kubeconfig", kubeconfig, "--all"}, &out)
 	if err == nil || !strings.Contains(err.Error(), "1 of 2 circuits not restored") || !strings.Contains(out.String(), "restored a/w.example.com") || !strings.Contains(out.String(), "not restored: refused") {
 		t.Fatalf("restore --all: %v\n%s", err, out.String())
 	}
@@ -106,4 +98,20 @@ func TestBreakGlassCommands(t *testing.T) {
 			t.Errorf("tripswitch %s: %v, want an error saying %q", args, err, want)
 		}
 	}
+}
+
+// cluster starts a control plane with the CRD and writes an administrator's
+// kubeconfig for the commands to use.
+func cluster(t *testing.T) (*testenv.Env, string) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	kc, err := env.AdminKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return env, kubeconfig
 }
