@@ -8,6 +8,7 @@
 //	resilience4j_circuitbreaker_calls_seconds_max{name,kind}      gauge, the decaying maximum
 //	resilience4j_circuitbreaker_not_permitted_calls_total{name,kind="not_permitted"}  counter
 //	resilience4j_circuitbreaker_buffered_calls{name,kind}         gauge; kind successful, failed: the calls in the window
+//	resilience4j_circuitbreaker_max_buffered_calls{name}          gauge, the window's size in calls (COUNT_BASED only)
 //	resilience4j_circuitbreaker_slow_calls{name,kind}             gauge (see below)
 //	resilience4j_circuitbreaker_failure_rate{name}                gauge, percent; -1 below the minimum number of calls
 //	resilience4j_circuitbreaker_slow_call_rate{name}              gauge, percent; -1 below the minimum number of calls
@@ -47,7 +48,7 @@ import (
 type Collector struct {
 	reg *breaker.Registry
 
-	state, calls, callsMax, notPermitted, buffered, slow, failureRate, slowRate *prometheus.Desc
+	state, calls, callsMax, notPermitted, buffered, maxBuffered, slow, failureRate, slowRate *prometheus.Desc
 }
 
 // NewCollector returns a collector over r and starts r's call counting.
@@ -64,6 +65,7 @@ func NewCollector(r *breaker.Registry) *Collector {
 		callsMax:     d("calls_seconds_max", "Longest call by outcome in the last one to two minutes", "kind"),
 		notPermitted: d("not_permitted_calls_total", "Total number of not permitted calls", "kind"),
 		buffered:     d("buffered_calls", "The number of buffered calls stored in the sliding window", "kind"),
+		maxBuffered:  d("max_buffered_calls", "The maximum number of buffered calls the sliding window can store"),
 		slow:         d("slow_calls", "The number of slow calls in the sliding window", "kind"),
 		failureRate:  d("failure_rate", "The failure rate of the circuit breaker"),
 		slowRate:     d("slow_call_rate", "The slow call rate of the circuit breaker"),
@@ -72,7 +74,7 @@ func NewCollector(r *breaker.Registry) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.calls, c.callsMax, c.notPermitted, c.buffered, c.slow, c.failureRate, c.slowRate} {
+	for _, d := range []*prometheus.Desc{c.state, c.calls, c.callsMax, c.notPermitted, c.buffered, c.maxBuffered, c.slow, c.failureRate, c.slowRate} {
 		ch <- d
 	}
 }
@@ -111,6 +113,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.notPermitted, prometheus.CounterValue, float64(t.NotPermitted), name, "not_permitted")
 		ch <- prometheus.MustNewConstMetric(c.buffered, prometheus.GaugeValue, float64(m.Calls-m.FailedCalls), name, "successful")
 		ch <- prometheus.MustNewConstMetric(c.buffered, prometheus.GaugeValue, float64(m.FailedCalls), name, "failed")
+		if cfg := b.Config(); cfg.WindowType == breaker.CountBased {
+			ch <- prometheus.MustNewConstMetric(c.maxBuffered, prometheus.GaugeValue, float64(cfg.WindowSize), name)
+		}
 		ch <- prometheus.MustNewConstMetric(c.slow, prometheus.GaugeValue, float64(m.SlowCalls), name, "all")
 		ch <- prometheus.MustNewConstMetric(c.failureRate, prometheus.GaugeValue, m.FailureRate, name)
 		ch <- prometheus.MustNewConstMetric(c.slowRate, prometheus.GaugeValue, m.SlowCallRate, name)

@@ -117,6 +117,16 @@ resilience4j_circuitbreaker_failure_rate{name="account-read"} -1
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
+	// Resilience4j's older dashboards plot the window's capacity next to
+	// its contents: COUNT_BASED windows have one.
+	if err := testutil.CollectAndCompare(col, strings.NewReader(`
+# HELP resilience4j_circuitbreaker_max_buffered_calls The maximum number of buffered calls the sliding window can store
+# TYPE resilience4j_circuitbreaker_max_buffered_calls gauge
+resilience4j_circuitbreaker_max_buffered_calls{name="account-access"} 10
+resilience4j_circuitbreaker_max_buffered_calls{name="account-read"} 10
+`), "resilience4j_circuitbreaker_max_buffered_calls"); err != nil {
+		t.Fatal(err)
+	}
 
 	// Below the minimum the rate is -1, as in Resilience4j; at it, a percentage.
 	call(t, clk, access, time.Millisecond, breaker.Success)
