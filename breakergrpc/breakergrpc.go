@@ -90,20 +90,28 @@ func FailOnCodes(next Classifier, cs ...codes.Code) Classifier {
 	}
 }
 
-// Circuits picks the circuit for a method ("/pkg.Service/Method"); nil
-// means the method has none and is called directly.
-type Circuits func(fullMethod string) *breaker.Breaker
-
-// One puts every method of a connection behind one circuit.
-func One(b *breaker.Breaker) Circuits {
-	return func(string) *breaker.Breaker { return b }
-}
-
 // Option configures an interceptor.
 type Option func(*options)
 
 type options struct {
 	classify Classifier
+	byMethod func(fullMethod string) *breaker.Breaker
+}
+
+// ByMethod picks the circuit per method ("/pkg.Service/Method") instead of
+// one for the whole connection: call sites that fail for different reasons
+// (a permission check and a list lookup) get circuits of their own. A nil
+// result calls the method without a circuit.
+func ByMethod(pick func(fullMethod string) *breaker.Breaker) Option {
+	return func(o *options) { o.byMethod = pick }
+}
+
+// circuit is the method's breaker.
+func (o options) circuit(b *breaker.Breaker, method string) *breaker.Breaker {
+	if o.byMethod != nil {
+		return o.byMethod(method)
+	}
+	return b
 }
 
 // WithClassifier replaces DefaultClassifier.
@@ -148,20 +156,21 @@ func allow(b *breaker.Breaker) (breaker.Permit, error) {
 	return pm, nil
 }
 
-// UnaryClientInterceptor sends each unary call through its method's circuit.
-// Put a per-call timeout on the context (or a deadline interceptor before
-// this one) so that it is inside the circuit and counted.
-func UnaryClientInterceptor(circuits Circuits, opts ...Option) grpc.UnaryClientInterceptor {
+// UnaryClientInterceptor sends each unary call through circuit b (or the
+// method's, with ByMethod). Put a per-call timeout on the context (or a
+// deadline interceptor before this one) so that it is inside the circuit
+// and counted.
+func UnaryClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.UnaryClientInterceptor {
 	o := newOptions(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		b := circuits(method)
-		if b == nil {
+		cb := o.circuit(b, method)
+		if cb == nil {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err()
 		}
-		pm, err := allow(b)
+		pm, err := allow(cb)
 		if err != nil {
 			return err
 		}
@@ -171,19 +180,19 @@ func UnaryClientInterceptor(circuits Circuits, opts ...Option) grpc.UnaryClientI
 	}
 }
 
-// StreamClientInterceptor sends each stream through its method's circuit;
-// the outcome is recorded when the stream ends.
-func StreamClientInterceptor(circuits Circuits, opts ...Option) grpc.StreamClientInterceptor {
+// StreamClientInterceptor sends each stream through circuit b (or the
+// method's, with ByMethod); the outcome is recorded when the stream ends.
+func StreamClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.StreamClientInterceptor {
 	o := newOptions(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		b := circuits(method)
-		if b == nil {
+		cb := o.circuit(b, method)
+		if cb == nil {
 			return streamer(ctx, desc, cc, method, callOpts...)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
-		pm, err := allow(b)
+		pm, err := allow(cb)
 		if err != nil {
 			return nil, err
 		}

@@ -97,8 +97,8 @@ func dial(t testing.TB, addr string, b *breaker.Breaker, opts ...grpc.DialOption
 	t.Helper()
 	opts = append(opts,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b))),
-		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(breakergrpc.One(b))))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(b)),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(b)))
 	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +372,7 @@ func TestFailOnCodes(t *testing.T) {
 	b := newBreaker(t, 100)
 	cls := breakergrpc.FailOnCodes(breakergrpc.DefaultClassifier, codes.ResourceExhausted)
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b), breakergrpc.WithClassifier(cls))))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(b, breakergrpc.WithClassifier(cls))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +380,45 @@ func TestFailOnCodes(t *testing.T) {
 	_, _ = healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: fmt.Sprintf("code/%d", codes.ResourceExhausted)})
 	if got := outcome(t, b); got != breaker.Failure {
 		t.Fatalf("got %s", got)
+	}
+}
+
+// TestByMethod: per-method circuits on one connection; a method without one
+// is called directly, even while another method's circuit is open.
+func TestByMethod(t *testing.T) {
+	addr, h := serve(t)
+	check := newBreaker(t, 100)
+	check.ForceOpen()
+	pick := func(m string) *breaker.Breaker {
+		if m == healthpb.Health_Check_FullMethodName {
+			return check
+		}
+		return nil
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(nil, breakergrpc.ByMethod(pick))),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(nil, breakergrpc.ByMethod(pick))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := healthpb.NewHealthClient(cc)
+	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ok"}); !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("Check: want ErrOpen, got %v", err)
+	}
+	s, err := c.Watch(context.Background(), &healthpb.HealthCheckRequest{Service: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := s.Recv(); err != nil {
+			if err != io.EOF {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if h.rpcs.Load() != 1 {
+		t.Fatalf("server handled %d RPCs, want only the Watch", h.rpcs.Load())
 	}
 }
