@@ -16,7 +16,7 @@ import (
 // A service protects its API with a gate that asks the account service
 // through the account-access circuit. When account fails, a user without a
 // cached decision gets 503 SERVICE_ACCESS_UNAVAILABLE, never access.
-func ExampleGate_Middleware() {
+func ExampleChecker_Middleware() {
 	var down atomic.Bool
 	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {

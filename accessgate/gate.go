@@ -67,7 +67,7 @@ type Clock interface {
 	Now() time.Time
 }
 
-// Config configures a Gate.
+// Config configures a Checker.
 type Config struct {
 	// Name identifies the gate in logs and metrics. Default "access".
 	Name string
@@ -122,8 +122,8 @@ func (e *UnavailableError) Unwrap() error { return e.Cause }
 
 type key struct{ subject, resource string }
 
-// Gate is a permission check with a decision cache. Close it when done.
-type Gate struct {
+// Checker is a permission check with a decision cache. Close it when done.
+type Checker struct {
 	cfg    Config
 	cache  *otter.Cache[key, bool]
 	flight singleflight.Group
@@ -138,7 +138,7 @@ type stats struct {
 }
 
 // New returns a gate, or an error naming the invalid field.
-func New(cfg Config) (*Gate, error) {
+func New(cfg Config) (*Checker, error) {
 	if cfg.Lookup == nil {
 		return nil, errors.New("accessgate: Config.Lookup is required")
 	}
@@ -188,7 +188,7 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("accessgate: decision cache: %w", err)
 	}
-	return &Gate{cfg: cfg, cache: cache}, nil
+	return &Checker{cfg: cfg, cache: cache}, nil
 }
 
 type systemClock struct{}
@@ -203,13 +203,13 @@ func (o otterClock) NowNano() int64                      { return o.c.Now().Unix
 func (o otterClock) Tick(time.Duration) <-chan time.Time { return nil }
 
 // Close stops the cache's background work.
-func (g *Gate) Close() { g.cache.StopAllGoroutines() }
+func (g *Checker) Close() { g.cache.StopAllGoroutines() }
 
 // Check returns nil if subject may use resource, ErrDenied if not, and an
 // *UnavailableError (errors.Is ErrUnavailable) if the decision is unknown,
 // unless the gate was configured AllowWhenUnavailable. A cache hit allocates
 // nothing.
-func (g *Gate) Check(ctx context.Context, subject, resource string) error {
+func (g *Checker) Check(ctx context.Context, subject, resource string) error {
 	k := key{subject, resource}
 	if allowed, ok := g.cache.GetIfPresent(k); ok {
 		g.stats.hits.Add(1)
@@ -229,7 +229,7 @@ func (g *Gate) Check(ctx context.Context, subject, resource string) error {
 	}
 }
 
-func (g *Gate) decided(allowed bool) error {
+func (g *Checker) decided(allowed bool) error {
 	if allowed {
 		g.stats.allowed.Add(1)
 		return nil
@@ -240,7 +240,7 @@ func (g *Gate) decided(allowed bool) error {
 
 // lookup asks the permission service once for every caller waiting on k
 // and caches the decision; a failure is returned and not cached.
-func (g *Gate) lookup(k key) (bool, error) {
+func (g *Checker) lookup(k key) (bool, error) {
 	// A caller that missed just as the previous lookup for k finished
 	// starts a new flight; the decision is already here.
 	if allowed, ok := g.cache.GetIfPresent(k); ok {
@@ -270,7 +270,7 @@ func (g *Gate) lookup(k key) (bool, error) {
 	return allowed, nil
 }
 
-func (g *Gate) unavailable(cause error) error {
+func (g *Checker) unavailable(cause error) error {
 	if g.cfg.WhenUnavailable == AllowWhenUnavailable {
 		g.stats.allowedFailOpen.Add(1)
 		return nil

@@ -77,7 +77,7 @@ type fixture struct {
 	acct     *account
 	clk      *manualclock.Clock
 	circuits *breaker.Registry
-	gate     *accessgate.Gate
+	gate     *accessgate.Checker
 	logs     *bytes.Buffer
 }
 

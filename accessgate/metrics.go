@@ -14,7 +14,7 @@ type Stats struct {
 }
 
 // Stats reads the counts.
-func (g *Gate) Stats() Stats {
+func (g *Checker) Stats() Stats {
 	s := &g.stats
 	return Stats{
 		Allowed: s.allowed.Load(), Denied: s.denied.Load(), Unavailable: s.unavailable.Load(), AllowedUnavailable: s.allowedFailOpen.Load(),
@@ -31,9 +31,9 @@ func (g *Gate) Stats() Stats {
 //	accessgate_lookups_total{gate,result}      allowed, denied, failed, misconfigured
 //
 // Register it next to breakerprom's collector for the lookup's circuit.
-func (g *Gate) Collector() prometheus.Collector { return collector{g} }
+func (g *Checker) Collector() prometheus.Collector { return collector{g} }
 
-type collector struct{ g *Gate }
+type collector struct{ g *Checker }
 
 var (
 	decisionsDesc = prometheus.NewDesc("accessgate_decisions_total", "Access decisions by outcome", []string{"gate", "outcome"}, nil)

@@ -24,7 +24,7 @@ const (
 // an allow. A denial answers 403 SERVICE_ACCESS_DENIED; an unknown decision
 // answers 503 SERVICE_ACCESS_UNAVAILABLE with Retry-After; a request
 // without a subject answers 401.
-func (g *Gate) Middleware(resource string, subject Subject) func(http.Handler) http.Handler {
+func (g *Checker) Middleware(resource string, subject Subject) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, ok := subject(r)

@@ -83,7 +83,7 @@ func (a *Account) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // in for authentication), behind the gate.
 type Orders struct {
 	Circuits *breaker.Registry
-	Gate     *accessgate.Gate
+	Checker  *accessgate.Checker
 	Handler  http.Handler
 	Served   atomic.Int64 // requests that reached the orders handler
 	base     *http.Transport
@@ -124,7 +124,7 @@ func NewOrders(cfg OrdersConfig) (*Orders, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
-	o := &Orders{Circuits: circuits, Gate: gate, base: base}
+	o := &Orders{Circuits: circuits, Checker: gate, base: base}
 	o.Handler = gate.Middleware("orders", func(r *http.Request) (string, bool) {
 		u := r.Header.Get("X-User")
 		return u, u != ""
@@ -138,7 +138,7 @@ func NewOrders(cfg OrdersConfig) (*Orders, error) {
 
 // Close releases the gate and idle connections.
 func (o *Orders) Close() {
-	o.Gate.Close()
+	o.Checker.Close()
 	o.base.CloseIdleConnections()
 }
 
