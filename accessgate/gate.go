@@ -110,6 +110,7 @@ type UnavailableError struct {
 	Misconfigured bool
 }
 
+// Error names the kind of failure, never its text (see describe).
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("accessgate: access decision unavailable: %s", describe(e.Cause))
 }

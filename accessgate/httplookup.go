@@ -20,6 +20,7 @@ type StatusError struct {
 	Code int
 }
 
+// Error says which status the permission service answered.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("accessgate: permission service answered %d", e.Code)
 }

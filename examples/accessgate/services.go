@@ -58,6 +58,7 @@ func (a *Account) Up() {
 	}
 }
 
+// ServeHTTP answers a permission check.
 func (a *Account) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.Calls.Add(1)
 	if r.Header.Get("X-Internal-Secret") != internalSecret {
