@@ -21,7 +21,9 @@ type Transport struct {
 	Base http.RoundTripper
 	// Timeout, if positive, bounds one attempt from sending the request to
 	// the end of the response body, inside the circuit, so that running out
-	// of it is counted as a failure.
+	// of it is counted as a failure. It also bounds an upgraded (101)
+	// connection, which lives on the attempt's context: leave it zero at a
+	// call site that upgrades, and put a deadline on the request instead.
 	Timeout time.Duration
 	// Classify decides what an attempt means to the circuit; nil means
 	// DefaultClassifier.
@@ -79,8 +81,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
-			// The connection now belongs to the caller; a deadline on it
-			// would cut the upgraded stream.
+			// The connection now belongs to the caller; Timeout still
+			// bounds it (see Transport.Timeout).
 			return resp, nil
 		}
 	}

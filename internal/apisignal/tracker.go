@@ -33,8 +33,6 @@ type Status struct {
 	FailureRate float64
 	// Calls and Failures are in the window.
 	Calls, Failures int64
-	// SampledAt is the last scrape that reached the API server.
-	SampledAt time.Time
 	// Message explains the status (or why there is none).
 	Message string
 }
@@ -116,7 +114,7 @@ func (t *Tracker) Observe(name string) (Status, bool) {
 	s := tr.status
 	m := tr.window.Metrics()
 	s.Calls, s.Failures, s.FailureRate = m.Calls, m.FailedCalls, m.FailureRate
-	s.Failing = m.FailureRate >= 0 && m.FailureRate >= tr.settings.FailureRateThreshold
+	s.Failing = tr.failing()
 	return s, true
 }
 
@@ -150,7 +148,6 @@ func (t *Tracker) Scrape(ctx context.Context) {
 	if err == nil {
 		counts, err = Parse(bytes.NewReader(data))
 	}
-	now := t.Clock.Now()
 	var flipped []string
 	t.mu.Lock()
 	for _, tr := range t.tracked {
@@ -158,7 +155,6 @@ func (t *Tracker) Scrape(ctx context.Context) {
 			tr.status.Message = fmt.Sprintf("cannot read the API server's metrics: %v", err)
 			continue
 		}
-		tr.status.SampledAt = now
 		// A webhook the API server has not called yet has no series: its
 		// counters are zero, and the first calls count from there.
 		c, ok := counts[tr.settings.Webhook]

@@ -108,7 +108,8 @@ type Report struct {
 	// Resources are the group/resources the webhook's rules cover.
 	Resources []string `json:"resources"`
 	// Scanned is how many objects were listed; Found how many matched.
-	Scanned, Found int
+	Scanned int `json:"scanned"`
+	Found   int `json:"found"`
 	// Counts are the findings by verdict.
 	Counts map[Verdict]int `json:"counts"`
 	// Truncated: the cap was reached; later objects were not examined.

@@ -62,7 +62,6 @@ type Auditor struct {
 
 type gvr struct {
 	schema.GroupVersionResource
-	kind       string
 	namespaced bool
 }
 
@@ -208,7 +207,7 @@ func (a *Auditor) resources(rules []admissionregistrationv1.RuleWithOperations) 
 				continue
 			}
 			seen[g.GroupResource()] = true
-			out = append(out, gvr{GroupVersionResource: g, kind: res.Kind, namespaced: res.Namespaced})
+			out = append(out, gvr{GroupVersionResource: g, namespaced: res.Namespaced})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GroupResource().String() < out[j].GroupResource().String() })

@@ -3,7 +3,6 @@ package probe
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,12 +46,4 @@ func (p *HTTPProber) Send(ctx context.Context, cc admissionregistrationv1.Webhoo
 		return 0, nil, err
 	}
 	return resp.StatusCode, data, nil
-}
-
-// Unprobeable reports whether err says the webhook's client configuration
-// cannot be used (no URL or service, a bad caBundle), rather than that the
-// call failed.
-func Unprobeable(err error) bool {
-	var u unprobeable
-	return errors.As(err, &u)
 }
