@@ -48,7 +48,6 @@ func (e *OpenError) Is(target error) bool { return target == ErrOpen }
 // by pointer comparison.
 type phase struct {
 	state     State
-	gen       uint64
 	since     time.Time
 	openUntil time.Time // OPEN: when trial calls are allowed
 	untilSec  int64     // openUntil's Unix second, for the coarse check
@@ -137,12 +136,17 @@ func (b *Breaker) settle(p *phase, now time.Time) *phase {
 	return p
 }
 
-// Permit is admission for one call. Complete it with Done exactly once.
-// The zero Permit is inert.
+// Permit is admission for one call. Complete it with Done. Completing is
+// idempotent and safe for concurrent use: the first Done (or DoneErr) on a
+// Permit records the outcome and every later one does nothing, so a
+// response body's Close may race with a timeout. A copy of a Permit is a
+// second handle on the same permit that does not share that guard: keep one
+// and pass a pointer to it. The zero Permit is inert.
 type Permit struct {
 	b     *Breaker
 	p     *phase
 	start time.Duration // since b.base, when slow calls are tracked
+	done  uint32        // set by the first Done
 }
 
 // Allow admits a call or returns an *OpenError. In CLOSED it is one atomic
@@ -162,8 +166,12 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 	case ForcedOpen:
 		return b.reject(p)
 	case Open:
-		// Well inside the wait, the coarse second decides without a clock read.
-		if b.coarse && coarse.sec.Load() < p.untilSec-1 {
+		// Well inside the wait, the coarse second decides without a clock
+		// read. Reading it through coarseSecond keeps its refresher running
+		// (or starts it again), so the second never freezes under a caller
+		// that waits for the circuit: the wait ends on time whatever else
+		// the process does.
+		if b.coarse && coarseSecond() < p.untilSec-1 {
 			return b.reject(p)
 		}
 	}
@@ -205,25 +213,24 @@ func (b *Breaker) reject(p *phase) (Permit, error) {
 }
 
 func (b *Breaker) permit(p *phase) Permit {
-	pm := Permit{b: b, p: p}
+	var start time.Duration
 	if b.timed && p.state != Disabled {
-		pm.start = b.cfg.Clock.Now().Sub(b.base)
+		start = b.cfg.Clock.Now().Sub(b.base)
 	}
-	return pm
+	return Permit{b: b, p: p, start: start}
 }
 
 // Done records the call's outcome. A permit from an earlier generation (the
-// circuit changed state since it was admitted) records nothing. Calling Done
-// again on the same Permit does nothing.
+// circuit changed state since it was admitted) records nothing. Only the
+// first Done on a Permit counts.
 //
 // When Done returns, the outcome has been counted and checked: if it made
 // the window's rate reach a threshold, the circuit is OPEN.
 func (pm *Permit) Done(o Outcome) {
 	b, p := pm.b, pm.p
-	if b == nil {
+	if b == nil || !atomic.CompareAndSwapUint32(&pm.done, 0, 1) {
 		return
 	}
-	pm.b = nil
 	if p.state == Disabled {
 		return
 	}
@@ -241,11 +248,15 @@ func (pm *Permit) Done(o Outcome) {
 	if b.cur.Load() != p {
 		return // stale generation: its result must not decide the current state
 	}
-	if o == Ignore {
+	switch o {
+	case Ignore:
 		if p.state == HalfOpen {
 			p.permits.Add(-1)
 		}
 		return
+	case Success, Failure:
+	default:
+		o = Success // an out-of-range outcome counts as a success, as Totals does
 	}
 	switch p.state {
 	case Closed, MetricsOnly:
@@ -253,7 +264,10 @@ func (pm *Permit) Done(o Outcome) {
 		if b.cfg.WindowType == TimeBased {
 			sec = b.second()
 		}
-		b.check(p, p.window.record(sec, o == Failure, slow))
+		if o == Success && !slow && p.window.success(sec) {
+			return // a fast success that cannot raise a rate: no check
+		}
+		b.record(p, sec, o, slow)
 	case HalfOpen:
 		if o == Failure {
 			p.failures.Add(1)
@@ -267,9 +281,20 @@ func (pm *Permit) Done(o Outcome) {
 	}
 }
 
+// record counts an outcome that needs a check, and checks it.
+func (b *Breaker) record(p *phase, sec int64, o Outcome, slow bool) {
+	var c counts
+	if o == Success && !slow {
+		p.window.checkedSuccess(sec, &c)
+	} else {
+		p.window.record(sec, o == Failure, slow, &c)
+	}
+	b.check(p, &c)
+}
+
 // DoneErr classifies err with the breaker's classifier and records it.
 func (pm *Permit) DoneErr(err error) {
-	if pm.b != nil {
+	if pm.b != nil && atomic.LoadUint32(&pm.done) == 0 {
 		pm.Done(pm.b.cfg.Classifier(err))
 	}
 }
@@ -280,14 +305,20 @@ type percentages struct {
 	Failure, SlowCall float64
 }
 
-func (b *Breaker) rates(c counts) percentages {
+func (b *Breaker) rates(c *counts) percentages {
 	r := percentages{Failure: -1, SlowCall: -1}
 	min := max(int64(b.cfg.MinimumNumberOfCalls), 1)
 	if c.calls >= min {
-		r.Failure = float64(c.failures) * 100 / float64(c.calls)
+		r.Failure = 0
+		if c.failures > 0 {
+			r.Failure = float64(c.failures) * 100 / float64(c.calls)
+		}
 	}
 	if c.slowCalls >= min {
-		r.SlowCall = float64(c.slow) * 100 / float64(c.slowCalls)
+		r.SlowCall = 0
+		if c.slow > 0 {
+			r.SlowCall = float64(c.slow) * 100 / float64(c.slowCalls)
+		}
 	}
 	return r
 }
@@ -301,9 +332,16 @@ func (b *Breaker) exceeded(r percentages) (failing, slow bool) {
 // every one before it, as Resilience4j checks after every call: a CLOSED
 // circuit whose rate reached a threshold opens; METRICS_ONLY reports each
 // rate's crossing once.
-func (b *Breaker) check(p *phase, c counts) {
+func (b *Breaker) check(p *phase, c *counts) {
 	if c.failures == 0 && c.slow == 0 && p.state == Closed {
 		return // no rate can be above a threshold (both are > 0)
+	}
+	if c.lower && (c.calls < int64(b.cfg.MinimumNumberOfCalls) || !b.clearlyBelow(c)) {
+		// The bound cannot rule a crossing out: count the successes.
+		p.window.exact(c)
+	}
+	if p.state == Closed && b.clearlyBelow(c) {
+		return
 	}
 	r := b.rates(c)
 	failing, slow := b.exceeded(r)
@@ -314,6 +352,15 @@ func (b *Breaker) check(p *phase, c counts) {
 	if failing || slow {
 		b.transition(p, Open, b.cfg.Clock.Now(), &r)
 	}
+}
+
+// clearlyBelow reports, without dividing, that both rates are below their
+// thresholds by more than rounding could move them. It decides nothing
+// else: near a threshold, rates and exceeded compare exactly.
+func (b *Breaker) clearlyBelow(c *counts) bool {
+	const margin = 1 - 1e-9
+	return float64(c.failures)*100 < b.cfg.FailureRateThreshold*float64(c.calls)*margin &&
+		float64(c.slow)*100 < b.cfg.SlowCallRateThreshold*float64(c.slowCalls)*margin
 }
 
 // reportCrossings publishes a rate-exceeded event when a rate reaches its
@@ -392,9 +439,6 @@ func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentage
 
 func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 	p := &phase{state: s, since: now}
-	if prev != nil {
-		p.gen = prev.gen + 1
-	}
 	switch s {
 	case Closed, MetricsOnly:
 		p.window = newWindow(b.cfg)
@@ -486,10 +530,11 @@ func (b *Breaker) Metrics() Metrics {
 	p := b.settle(b.cur.Load(), now)
 	m := Metrics{State: p.state, FailureRate: -1, SlowCallRate: -1}
 	switch {
-	case p.window != nil:
-		c := p.window.snapshot(b.second())
+	case p.window.held():
+		var c counts
+		p.window.snapshot(b.second(), &c)
 		m.Calls, m.FailedCalls, m.SlowCalls = c.calls, c.failures, c.slow
-		r := b.rates(c)
+		r := b.rates(&c)
 		m.FailureRate, m.SlowCallRate = r.Failure, r.SlowCall
 	case p.state == HalfOpen:
 		m.Calls, m.FailedCalls, m.SlowCalls = int64(p.done.Load()), int64(p.failures.Load()), int64(p.slow.Load())
@@ -516,11 +561,7 @@ func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T
 	if err != nil {
 		return zero, err
 	}
-	defer func() {
-		if pm.b != nil { // fn panicked before Done
-			pm.Done(Failure)
-		}
-	}()
+	defer pm.Done(Failure) // a no-op after DoneErr; fn panicked otherwise
 	v, err := fn(ctx)
 	pm.DoneErr(err)
 	return v, err

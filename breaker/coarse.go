@@ -17,49 +17,59 @@ const coarseResolution = 50 * time.Millisecond
 const coarseIdleTicks = 4
 
 // coarse is the current Unix second, kept by one goroutine so that the
-// closed path of a TIME_BASED window does not call time.Now on every call
-// (tens of nanoseconds on virtual machines). The goroutine starts with the
-// first reader and stops when readers stop coming.
+// closed path of a TIME_BASED window and the rejections of an OPEN circuit
+// do not call time.Now on every call (tens of nanoseconds on virtual
+// machines). Every reader keeps the goroutine alive, and a reader that finds
+// it stopped starts it again with a fresh second, so the second a reader
+// gets is never more than a refresh (plus scheduling) old: no deadline that
+// is compared with it depends on any other call being made. The goroutine
+// stops when readers stop coming, so an idle process holds none.
 var coarse struct {
-	sec     atomic.Int64
-	running atomic.Bool
-	used    atomic.Bool // a reader came since the last refresh
-	mu      sync.Mutex  // serialises starting and stopping
+	sec   atomic.Int64
+	state atomic.Uint32 // coarseRunning | coarseUsed
+	mu    sync.Mutex    // serialises starting and stopping
 }
 
-// coarseSecond returns the current Unix second, starting the refresher if
-// it is not running. In the steady state it is three atomic loads.
+const (
+	coarseRunning = 1 << iota
+	coarseUsed    // a reader came since the last refresh
+)
+
+// coarseSecond returns the current Unix second. In the steady state it is
+// two atomic loads.
 func coarseSecond() int64 {
-	if !coarse.used.Load() {
-		coarse.used.Store(true)
-	}
-	if !coarse.running.Load() {
-		startCoarse()
+	if coarse.state.Load() != coarseRunning|coarseUsed {
+		wakeCoarse()
 	}
 	return coarse.sec.Load()
 }
 
-func startCoarse() {
+// wakeCoarse marks a reader and starts the refresher if it is not running.
+func wakeCoarse() {
+	if coarse.state.Or(coarseUsed)&coarseRunning != 0 {
+		return
+	}
 	coarse.mu.Lock()
 	defer coarse.mu.Unlock()
-	if coarse.running.Load() {
+	if coarse.state.Load()&coarseRunning != 0 {
 		return
 	}
 	coarse.sec.Store(time.Now().Unix())
-	coarse.running.Store(true)
+	coarse.state.Store(coarseRunning | coarseUsed)
 	go refreshCoarse()
 }
 
 // refreshCoarse keeps coarse.sec current until no reader has come for
-// coarseIdleTicks refreshes. A reader that saw running just before it
-// stopped read a second that was current then; the next one restarts it.
+// coarseIdleTicks refreshes. It stops only if no reader marked itself
+// since the last refresh (the compare-and-swap fails otherwise), and a
+// reader that comes after it stopped starts it again.
 func refreshCoarse() {
 	t := time.NewTicker(coarseResolution)
 	defer t.Stop()
 	idle := 0
 	for range t.C {
 		coarse.sec.Store(time.Now().Unix())
-		if coarse.used.Swap(false) {
+		if coarse.state.And(^uint32(coarseUsed))&coarseUsed != 0 {
 			idle = 0
 			continue
 		}
@@ -67,14 +77,12 @@ func refreshCoarse() {
 			continue
 		}
 		coarse.mu.Lock()
-		if coarse.used.Load() {
-			coarse.mu.Unlock()
-			idle = 0
-			continue
-		}
-		coarse.running.Store(false)
+		stopped := coarse.state.CompareAndSwap(coarseRunning, 0)
 		coarse.mu.Unlock()
-		return
+		if stopped {
+			return
+		}
+		idle = 0
 	}
 }
 

@@ -16,23 +16,40 @@
 //
 // # Consistency under concurrency
 //
-// Every outcome is checked against the thresholds when it is recorded, with
-// counts that include it and every outcome recorded before it, as
-// Resilience4j checks after each call. So once a call whose outcome made a
-// rate reach its threshold has returned from Done (or Execute), the circuit
-// is OPEN; and a decision never sees a failure counted without its call. A
-// COUNT_BASED window records under a mutex. A TIME_BASED window records with
-// a single atomic add to a word that counts calls and failures together;
-// slow calls, when tracked, are counted with their calls in a second word,
-// so the failure rate and the slow-call rate are each exact, though the two
-// may be taken a few in-flight calls apart. A TIME_BASED window starts a
-// second when its first call of that second arrives, on a process-wide
-// clock refreshed every 50 ms: an outcome may be counted in the previous
-// second for that long. Counts are exact while a window holds fewer than
-// 2^31 calls. The closed path allocates nothing; a TIME_BASED window takes no
-// lock except once a second, and its memory is 24 bytes per second that had
-// calls, so neither a failure's cost nor its size depend on the number of
-// CPUs or, for the cost, on the window's length.
+// Every outcome that can raise a rate is checked against the thresholds when
+// it is recorded, with counts that include it and every outcome whose Done
+// returned before it began, as Resilience4j checks after each call. So once
+// a call whose outcome made a rate reach its threshold has returned from
+// Done (or Execute), the circuit is OPEN; and a decision never sees a
+// failure counted without its call.
+//
+// Most calls are successes, and a success can only lower a rate once the
+// window holds the minimum number of calls and no old outcomes have left it
+// since the last check. From then on a success is one atomic add to a
+// counter on its own core's cache line: no shared write, no global read, so
+// successes on different cores never contend. Failures and slow calls are
+// counted on a shared word and checked; the check first bounds the rate
+// with a recent total of the successes and sums the per-core counters only
+// when that bound cannot rule a crossing out. A COUNT_BASED window moves the
+// waiting successes into its ring, in one step under its mutex, when a
+// failure or slow call is recorded. A success that may complete the minimum,
+// or the first after a TIME_BASED window moved to a new second, is checked
+// like a failure.
+//
+// A TIME_BASED window starts a second when its first call of that second
+// arrives, on a process-wide clock refreshed every 50 ms: an outcome may be
+// counted in the previous second for that long. Counts are exact while a
+// window holds fewer than 2^31 failures or slow calls. The closed path
+// allocates nothing; a TIME_BASED window takes no lock except once a second,
+// and its memory is 32 bytes per second that had calls plus one cache line
+// per core, so a failure's cost does not depend on the window's length.
+//
+// Every deadline (the open wait, the half-open maximum wait, the window's
+// seconds) is compared with a clock that the caller itself keeps current:
+// the process-wide second is refreshed by a goroutine that each reader keeps
+// alive and restarts when it has stopped, so no transition waits for any
+// other call, breaker or goroutine. The goroutine exits 200 ms after its last
+// reader, so an idle process holds none.
 //
 // # Defaults
 //
