@@ -95,6 +95,11 @@ func New(name string, cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newBreaker(name, c), nil
+}
+
+// newBreaker builds a breaker from a validated, defaulted configuration.
+func newBreaker(name string, c Config) *Breaker {
 	_, system := c.Clock.(systemClock)
 	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
 		timed: c.SlowCallDurationThreshold > 0 || c.RecordCallDurations, base: c.Clock.Now()}
@@ -105,7 +110,7 @@ func New(name string, cfg Config) (*Breaker, error) {
 		b.listeners.Store(&[]*listener{{fn: c.OnEvent}})
 	}
 	b.cur.Store(b.newPhase(Closed, nil, c.Clock.Now()))
-	return b, nil
+	return b
 }
 
 // Name returns the circuit's name.

@@ -328,16 +328,16 @@ func TestConfigValidation(t *testing.T) {
 		cfg   breaker.Config
 		field string
 	}{
-		"failure rate over 100":     {breaker.Config{FailureRateThreshold: 101}, "failureRateThreshold"},
-		"negative failure rate":     {breaker.Config{FailureRateThreshold: -1}, "failureRateThreshold"},
-		"slow rate over 100":        {breaker.Config{SlowCallRateThreshold: 100.5}, "slowCallRateThreshold"},
-		"negative window":           {breaker.Config{WindowSize: -1}, "slidingWindowSize"},
-		"negative wait":             {breaker.Config{WaitDurationInOpenState: -time.Second}, "waitDurationInOpenState"},
-		"negative permitted calls":  {breaker.Config{PermittedNumberOfCallsInHalfOpenState: -1}, "permittedNumberOfCallsInHalfOpenState"},
-		"unknown window type":       {breaker.Config{WindowType: 7}, "slidingWindowType"},
-		"negative max half-open":    {breaker.Config{MaxWaitDurationInHalfOpenState: -1}, "maxWaitDurationInHalfOpenState"},
-		"negative slow duration":    {breaker.Config{SlowCallDurationThreshold: -1}, "slowCallDurationThreshold"},
-		"negative minimum of calls": {breaker.Config{MinimumNumberOfCalls: -1}, "minimumNumberOfCalls"},
+		"failure rate over 100":     {breaker.Config{FailureRateThreshold: 101}, "FailureRateThreshold"},
+		"negative failure rate":     {breaker.Config{FailureRateThreshold: -1}, "FailureRateThreshold"},
+		"slow rate over 100":        {breaker.Config{SlowCallRateThreshold: 100.5}, "SlowCallRateThreshold"},
+		"negative window":           {breaker.Config{WindowSize: -1}, "WindowSize"},
+		"negative wait":             {breaker.Config{WaitDurationInOpenState: -time.Second}, "WaitDurationInOpenState"},
+		"negative permitted calls":  {breaker.Config{PermittedNumberOfCallsInHalfOpenState: -1}, "PermittedNumberOfCallsInHalfOpenState"},
+		"unknown window type":       {breaker.Config{WindowType: 7}, "WindowType"},
+		"negative max half-open":    {breaker.Config{MaxWaitDurationInHalfOpenState: -1}, "MaxWaitDurationInHalfOpenState"},
+		"negative slow duration":    {breaker.Config{SlowCallDurationThreshold: -1}, "SlowCallDurationThreshold"},
+		"negative minimum of calls": {breaker.Config{MinimumNumberOfCalls: -1}, "MinimumNumberOfCalls"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -140,12 +140,12 @@ func DefaultClassifier(err error) Outcome {
 
 // Defaults: Resilience4j's, except SlowCallDurationThreshold (see Config).
 const (
-	DefaultFailureRateThreshold     = 50
-	DefaultSlowCallRateThreshold    = 100
-	DefaultMinimumNumberOfCalls     = 100
-	DefaultWindowSize               = 100
-	DefaultWaitDurationInOpenState  = 60 * time.Second
-	DefaultPermittedCallsInHalfOpen = 10
+	defaultFailureRateThreshold     = 50
+	defaultSlowCallRateThreshold    = 100
+	defaultMinimumNumberOfCalls     = 100
+	defaultWindowSize               = 100
+	defaultWaitDurationInOpenState  = 60 * time.Second
+	defaultPermittedCallsInHalfOpen = 10
 )
 
 // Bounds of the integer fields: what the implementation can hold (trial
@@ -155,7 +155,9 @@ const (
 	maxCount      = math.MaxInt32
 )
 
-// ConfigError names the field that made a Config invalid.
+// ConfigError names the field that made a configuration invalid, as the
+// user wrote it: the Go field name for a Config (WindowSize), the property
+// key with its place in the file for a File (circuits.mail.slidingWindowSize).
 type ConfigError struct {
 	Field  string
 	Value  any
@@ -168,25 +170,30 @@ func (e *ConfigError) Error() string {
 
 // withDefaults validates c and returns it with defaults applied.
 func (c Config) withDefaults() (Config, error) {
-	if err := c.validate(); err != nil {
+	if err := c.validate(goNames, nil); err != nil {
 		return c, err
 	}
+	return c.defaulted(), nil
+}
+
+// defaulted returns c with every zero field set to its default.
+func (c Config) defaulted() Config {
 	def := func(dst *int, v int) {
 		if *dst == 0 {
 			*dst = v
 		}
 	}
 	if c.FailureRateThreshold == 0 {
-		c.FailureRateThreshold = DefaultFailureRateThreshold
+		c.FailureRateThreshold = defaultFailureRateThreshold
 	}
 	if c.SlowCallRateThreshold == 0 {
-		c.SlowCallRateThreshold = DefaultSlowCallRateThreshold
+		c.SlowCallRateThreshold = defaultSlowCallRateThreshold
 	}
-	def(&c.MinimumNumberOfCalls, DefaultMinimumNumberOfCalls)
-	def(&c.WindowSize, DefaultWindowSize)
-	def(&c.PermittedNumberOfCallsInHalfOpenState, DefaultPermittedCallsInHalfOpen)
+	def(&c.MinimumNumberOfCalls, defaultMinimumNumberOfCalls)
+	def(&c.WindowSize, defaultWindowSize)
+	def(&c.PermittedNumberOfCallsInHalfOpenState, defaultPermittedCallsInHalfOpen)
 	if c.WaitDurationInOpenState == 0 {
-		c.WaitDurationInOpenState = DefaultWaitDurationInOpenState
+		c.WaitDurationInOpenState = defaultWaitDurationInOpenState
 	}
 	if c.Classifier == nil {
 		c.Classifier = DefaultClassifier
@@ -201,46 +208,71 @@ func (c Config) withDefaults() (Config, error) {
 		// A count window never holds more than its size.
 		c.MinimumNumberOfCalls = c.WindowSize
 	}
-	return c, nil
+	return c
 }
 
-// validate checks every field against the range it may take; zero is
-// always allowed (it means the default).
-func (c Config) validate() error {
-	rate := func(field string, v float64) error {
-		if v != v || v < 0 || v > 100 { // v != v: NaN
-			return &ConfigError{Field: field, Value: v, Reason: "must be in (0, 100]"}
+// field is a validated Config field, named as Go code and as a File spells it.
+type field struct{ goName, key string }
+
+var (
+	fieldFailureRate    = field{"FailureRateThreshold", "failureRateThreshold"}
+	fieldSlowRate       = field{"SlowCallRateThreshold", "slowCallRateThreshold"}
+	fieldSlowDuration   = field{"SlowCallDurationThreshold", "slowCallDurationThreshold"}
+	fieldMinimumCalls   = field{"MinimumNumberOfCalls", "minimumNumberOfCalls"}
+	fieldWindowType     = field{"WindowType", "slidingWindowType"}
+	fieldWindowSize     = field{"WindowSize", "slidingWindowSize"}
+	fieldOpenWait       = field{"WaitDurationInOpenState", "waitDurationInOpenState"}
+	fieldHalfOpenCalls  = field{"PermittedNumberOfCallsInHalfOpenState", "permittedNumberOfCallsInHalfOpenState"}
+	fieldHalfOpenMax    = field{"MaxWaitDurationInHalfOpenState", "maxWaitDurationInHalfOpenState"}
+	fieldRecordDuration = field{"RecordCallDurations", "recordCallDurations"}
+	fieldAutoHalfOpen   = field{"AutomaticTransitionFromOpenToHalfOpen", "automaticTransitionFromOpenToHalfOpenEnabled"}
+)
+
+func goNames(f field) string { return f.goName }
+
+// validate is the one check of a configuration's values. name says how an
+// error names a field. given, when not nil, says which fields a file set:
+// there an explicit 0 is a value, not "default", and an error wherever the
+// value must be positive. Zero fields of a Config mean their default.
+func (c Config) validate(name func(field) string, given func(field) bool) error {
+	explicit := func(f field) bool { return given != nil && given(f) }
+	bad := func(f field, v any, reason string) error {
+		return &ConfigError{Field: name(f), Value: v, Reason: reason}
+	}
+	rate := func(f field, v float64) error {
+		if v != v || v < 0 || v > 100 || (v == 0 && explicit(f)) { // v != v: NaN
+			return bad(f, v, "must be in (0, 100]")
 		}
 		return nil
 	}
-	count := func(field string, v, hi int) error {
-		if v < 0 || v > hi {
-			return &ConfigError{Field: field, Value: v, Reason: fmt.Sprintf("must be in [1, %d]", hi)}
+	count := func(f field, v, hi int) error {
+		if v < 0 || v > hi || (v == 0 && explicit(f)) {
+			return bad(f, v, fmt.Sprintf("must be in [1, %d]", hi))
 		}
 		return nil
 	}
-	duration := func(field string, d time.Duration) error {
-		if d < 0 {
-			return &ConfigError{Field: field, Value: d, Reason: "must not be negative"}
+	duration := func(f field, d time.Duration, zeroAllowed bool) error {
+		if d < 0 || (d == 0 && !zeroAllowed && explicit(f)) {
+			return bad(f, d, "must be positive")
 		}
 		return nil
 	}
 	for _, err := range []error{
-		rate("failureRateThreshold", c.FailureRateThreshold),
-		rate("slowCallRateThreshold", c.SlowCallRateThreshold),
-		duration("slowCallDurationThreshold", c.SlowCallDurationThreshold),
-		count("minimumNumberOfCalls", c.MinimumNumberOfCalls, maxCount),
-		count("slidingWindowSize", c.WindowSize, maxWindowSize),
-		duration("waitDurationInOpenState", c.WaitDurationInOpenState),
-		count("permittedNumberOfCallsInHalfOpenState", c.PermittedNumberOfCallsInHalfOpenState, maxCount),
-		duration("maxWaitDurationInHalfOpenState", c.MaxWaitDurationInHalfOpenState),
+		rate(fieldFailureRate, c.FailureRateThreshold),
+		rate(fieldSlowRate, c.SlowCallRateThreshold),
+		duration(fieldSlowDuration, c.SlowCallDurationThreshold, false),
+		count(fieldMinimumCalls, c.MinimumNumberOfCalls, maxCount),
+		count(fieldWindowSize, c.WindowSize, maxWindowSize),
+		duration(fieldOpenWait, c.WaitDurationInOpenState, false),
+		count(fieldHalfOpenCalls, c.PermittedNumberOfCallsInHalfOpenState, maxCount),
+		duration(fieldHalfOpenMax, c.MaxWaitDurationInHalfOpenState, true),
 	} {
 		if err != nil {
 			return err
 		}
 	}
 	if c.WindowType != TimeBased && c.WindowType != CountBased {
-		return &ConfigError{Field: "slidingWindowType", Value: c.WindowType, Reason: "must be TIME_BASED or COUNT_BASED"}
+		return bad(fieldWindowType, c.WindowType, "must be TIME_BASED or COUNT_BASED")
 	}
 	return nil
 }

@@ -92,17 +92,21 @@ func TestNoMissedOpen(t *testing.T) {
 // the struct and in a file, with an error naming the field.
 func TestIntegersOutOfRangeAreRejected(t *testing.T) {
 	for _, v := range []int{1 << 31, 1 << 32, -1} {
-		for field, set := range map[string]func(*breaker.Config){
-			"permittedNumberOfCallsInHalfOpenState": func(c *breaker.Config) { c.PermittedNumberOfCallsInHalfOpenState = v },
-			"minimumNumberOfCalls":                  func(c *breaker.Config) { c.MinimumNumberOfCalls = v },
-			"slidingWindowSize":                     func(c *breaker.Config) { c.WindowSize = v },
+		for _, f := range []struct {
+			goName, field string
+			set           func(*breaker.Config)
+		}{
+			{"PermittedNumberOfCallsInHalfOpenState", "permittedNumberOfCallsInHalfOpenState", func(c *breaker.Config) { c.PermittedNumberOfCallsInHalfOpenState = v }},
+			{"MinimumNumberOfCalls", "minimumNumberOfCalls", func(c *breaker.Config) { c.MinimumNumberOfCalls = v }},
+			{"WindowSize", "slidingWindowSize", func(c *breaker.Config) { c.WindowSize = v }},
 		} {
+			field := f.field
 			var c breaker.Config
-			set(&c)
+			f.set(&c)
 			_, err := breaker.New("x", c)
 			var ce *breaker.ConfigError
-			if !errors.As(err, &ce) || ce.Field != field {
-				t.Errorf("Config %s=%d: error %v, want a ConfigError naming %s", field, v, err, field)
+			if !errors.As(err, &ce) || ce.Field != f.goName {
+				t.Errorf("Config %s=%d: error %v, want a ConfigError naming the Go field %s", f.goName, v, err, f.goName)
 			}
 			f, err := breaker.ParseFile(fmt.Appendf(nil, `{"circuits":{"a":{%q:%d}}}`, field, v))
 			if err == nil {

@@ -51,106 +51,92 @@ func ParseFile(data []byte) (File, error) {
 	return f, nil
 }
 
-// Registry builds a registry from f, validating every field. Each circuit's
-// settings apply over the defaults, so a setting that is present wins even
-// when it is a zero value (COUNT_BASED, false).
+// Registry builds a registry from f, validating every field once. Each
+// circuit's settings apply over the defaults, so a setting that is present
+// wins even when it is a zero value (COUNT_BASED, false).
 func (f File) Registry() (*Registry, error) {
-	defaults, err := f.Defaults.apply(Config{}, "defaults.")
+	defaults, err := f.Defaults.config(Config{}, "defaults.")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := defaults.withDefaults(); err != nil {
-		return nil, qualify(err, "defaults.")
-	}
 	configs := map[string]Config{}
 	for name, s := range f.Circuits {
-		prefix := "circuits." + name + "."
-		c, err := s.apply(defaults, prefix)
+		c, err := s.config(defaults, "circuits."+name+".")
 		if err != nil {
 			return nil, err
 		}
-		if _, err := c.withDefaults(); err != nil {
-			return nil, qualify(err, prefix)
-		}
-		configs[name] = c
+		configs[name] = c.defaulted()
 	}
-	r := newRegistry(defaults, configs)
+	r := newRegistry(defaults.defaulted(), configs)
 	if f.Enabled != nil && !*f.Enabled {
 		r.SetEnabled(false)
 	}
 	return r, nil
 }
 
-// apply sets c's fields from s; prefix qualifies field names in errors.
-func (s Settings) apply(c Config, prefix string) (Config, error) {
-	bad := func(field string, v any, reason string) error {
-		return &ConfigError{Field: prefix + field, Value: v, Reason: reason}
+// config applies s over c and validates the result, naming fields by their
+// keys after prefix. A field s sets must be valid even when it is 0; the
+// fields it inherits from c were validated where c came from.
+func (s Settings) config(c Config, prefix string) (Config, error) {
+	given := map[field]bool{}
+	bad := func(f field, v any, reason string) error {
+		return &ConfigError{Field: prefix + f.key, Value: v, Reason: reason}
 	}
-	rate := func(field string, p *float64, dst *float64) error {
-		if p == nil {
-			return nil
-		}
-		if *p <= 0 || *p > 100 {
-			return bad(field, *p, "must be in (0, 100]")
-		}
-		*dst = *p
-		return nil
+	set := func(f field, present bool) bool {
+		given[f] = present
+		return present
 	}
-	positive := func(field string, p *int, dst *int, hi int) error {
-		if p == nil {
-			return nil
-		}
-		if *p < 1 || *p > hi {
-			return bad(field, *p, fmt.Sprintf("must be in [1, %d]", hi))
-		}
-		*dst = *p
-		return nil
+	if set(fieldFailureRate, s.FailureRateThreshold != nil) {
+		c.FailureRateThreshold = *s.FailureRateThreshold
 	}
-	duration := func(field string, p *string, dst *time.Duration, allowZero bool) error {
-		if p == nil {
-			return nil
-		}
-		d, err := time.ParseDuration(*p)
-		if err != nil {
-			return bad(field, *p, "is not a duration like 500ms or 15s")
-		}
-		if d < 0 || (d == 0 && !allowZero) {
-			return bad(field, *p, "must be positive")
-		}
-		*dst = d
-		return nil
+	if set(fieldSlowRate, s.SlowCallRateThreshold != nil) {
+		c.SlowCallRateThreshold = *s.SlowCallRateThreshold
 	}
-	for _, err := range []error{
-		rate("failureRateThreshold", s.FailureRateThreshold, &c.FailureRateThreshold),
-		rate("slowCallRateThreshold", s.SlowCallRateThreshold, &c.SlowCallRateThreshold),
-		duration("slowCallDurationThreshold", s.SlowCallDurationThreshold, &c.SlowCallDurationThreshold, false),
-		positive("minimumNumberOfCalls", s.MinimumNumberOfCalls, &c.MinimumNumberOfCalls, maxCount),
-		positive("slidingWindowSize", s.SlidingWindowSize, &c.WindowSize, maxWindowSize),
-		duration("waitDurationInOpenState", s.WaitDurationInOpenState, &c.WaitDurationInOpenState, false),
-		positive("permittedNumberOfCallsInHalfOpenState", s.PermittedNumberOfCallsInHalfOpenState, &c.PermittedNumberOfCallsInHalfOpenState, maxCount),
-		duration("maxWaitDurationInHalfOpenState", s.MaxWaitDurationInHalfOpenState, &c.MaxWaitDurationInHalfOpenState, true),
+	if set(fieldMinimumCalls, s.MinimumNumberOfCalls != nil) {
+		c.MinimumNumberOfCalls = *s.MinimumNumberOfCalls
+	}
+	if set(fieldWindowSize, s.SlidingWindowSize != nil) {
+		c.WindowSize = *s.SlidingWindowSize
+	}
+	if set(fieldHalfOpenCalls, s.PermittedNumberOfCallsInHalfOpenState != nil) {
+		c.PermittedNumberOfCallsInHalfOpenState = *s.PermittedNumberOfCallsInHalfOpenState
+	}
+	if set(fieldRecordDuration, s.RecordCallDurations != nil) {
+		c.RecordCallDurations = *s.RecordCallDurations
+	}
+	if set(fieldAutoHalfOpen, s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil) {
+		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
+	}
+	for _, d := range []struct {
+		f   field
+		p   *string
+		dst *time.Duration
+	}{
+		{fieldSlowDuration, s.SlowCallDurationThreshold, &c.SlowCallDurationThreshold},
+		{fieldOpenWait, s.WaitDurationInOpenState, &c.WaitDurationInOpenState},
+		{fieldHalfOpenMax, s.MaxWaitDurationInHalfOpenState, &c.MaxWaitDurationInHalfOpenState},
 	} {
-		if err != nil {
-			return c, err
+		if !set(d.f, d.p != nil) {
+			continue
 		}
+		v, err := time.ParseDuration(*d.p)
+		if err != nil {
+			return c, bad(d.f, *d.p, "is not a duration like 500ms or 15s")
+		}
+		*d.dst = v
 	}
-	if s.SlidingWindowType != nil {
+	if set(fieldWindowType, s.SlidingWindowType != nil) {
 		switch strings.ToUpper(*s.SlidingWindowType) {
 		case "TIME_BASED":
 			c.WindowType = TimeBased
 		case "COUNT_BASED":
 			c.WindowType = CountBased
 		default:
-			return c, bad("slidingWindowType", *s.SlidingWindowType, "must be TIME_BASED or COUNT_BASED")
+			return c, bad(fieldWindowType, *s.SlidingWindowType, "must be TIME_BASED or COUNT_BASED")
 		}
 	}
-	if s.RecordCallDurations != nil {
-		c.RecordCallDurations = *s.RecordCallDurations
-	}
-	if s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil {
-		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
-	}
-	return c, nil
+	keys := func(f field) string { return prefix + f.key }
+	return c, c.validate(keys, func(f field) bool { return given[f] })
 }
 
 // ApplyEnv overrides f.Enabled and f.Defaults from environment variables

@@ -19,8 +19,8 @@ type Override func(*Config)
 // shared defaults and per-name overrides, with a global kill switch.
 type Registry struct {
 	mu       sync.RWMutex
-	defaults Config
-	configs  map[string]Config // defaults with each override applied
+	defaults Config            // validated, with defaults applied
+	configs  map[string]Config // the same, with each override applied
 	breakers map[string]*Breaker
 	disabled bool
 	totals   bool // EnableTotals was called
@@ -32,7 +32,8 @@ type Registry struct {
 // the defaults) up front, so Get never fails. An error names the circuit and
 // the field.
 func NewRegistry(defaults Config, overrides map[string]Override) (*Registry, error) {
-	if _, err := defaults.withDefaults(); err != nil {
+	d, err := defaults.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	configs := make(map[string]Config, len(overrides))
@@ -41,14 +42,14 @@ func NewRegistry(defaults Config, overrides map[string]Override) (*Registry, err
 		if o != nil {
 			o(&c)
 		}
-		if _, err := c.withDefaults(); err != nil {
+		if configs[name], err = c.withDefaults(); err != nil {
 			return nil, qualify(err, name+".")
 		}
-		configs[name] = c
 	}
-	return newRegistry(defaults, configs), nil
+	return newRegistry(d, configs), nil
 }
 
+// newRegistry takes configurations that are validated and defaulted.
 func newRegistry(defaults Config, configs map[string]Config) *Registry {
 	return &Registry{defaults: defaults, configs: configs, breakers: map[string]*Breaker{}}
 }
@@ -82,10 +83,7 @@ func (r *Registry) Get(name string) *Breaker {
 	if !ok {
 		cfg = r.defaults
 	}
-	b, err := New(name, cfg)
-	if err != nil {
-		panic("breaker: registry config validated at construction failed later: " + err.Error())
-	}
+	b = newBreaker(name, cfg)
 	if r.disabled {
 		b.Disable()
 	}

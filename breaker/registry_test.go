@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestRegistryDefaultsOverridesAndKillSwitch(t *testing.T) {
 	if got := strings.Join(names, ","); got != "account-access,account-read,mail-send,notification" {
 		t.Fatalf("All() = %s", got)
 	}
-	if _, err := breaker.NewRegistry(breaker.Config{}, map[string]breaker.Override{"bad": func(c *breaker.Config) { c.FailureRateThreshold = 101 }}); err == nil || !strings.Contains(err.Error(), "bad.failureRateThreshold") {
+	if _, err := breaker.NewRegistry(breaker.Config{}, map[string]breaker.Override{"bad": func(c *breaker.Config) { c.FailureRateThreshold = 101 }}); err == nil || !strings.Contains(err.Error(), "bad.FailureRateThreshold") {
 		t.Fatalf("invalid override: %v", err)
 	}
 }
@@ -139,4 +140,33 @@ func FuzzParseFile(f *testing.F) {
 			t.Fatalf("accepted an invalid config: %+v", c)
 		}
 	})
+}
+
+// One validator: a field set explicitly to 0 in a file is an error where the
+// value must be positive, while a zero in a Config means its default; both
+// errors name the field as the user wrote it.
+func TestExplicitZeroInAFileIsAnErrorButNotInAConfig(t *testing.T) {
+	for _, key := range []string{"failureRateThreshold", "slidingWindowSize", "minimumNumberOfCalls", "permittedNumberOfCallsInHalfOpenState"} {
+		f, err := breaker.ParseFile(fmt.Appendf(nil, `{"circuits":{"mail":{%q:0}}}`, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ce *breaker.ConfigError
+		if _, err := f.Registry(); !errors.As(err, &ce) || ce.Field != "circuits.mail."+key {
+			t.Errorf("%s: 0 in a file: %v, want a ConfigError naming circuits.mail.%s", key, err, key)
+		}
+	}
+	for _, key := range []string{"waitDurationInOpenState", "slowCallDurationThreshold"} {
+		f, _ := breaker.ParseFile(fmt.Appendf(nil, `{"defaults":{%q:"0s"}}`, key))
+		if _, err := f.Registry(); err == nil || !strings.Contains(err.Error(), "defaults."+key) {
+			t.Errorf("%s: 0s in a file: %v", key, err)
+		}
+	}
+	f, _ := breaker.ParseFile([]byte(`{"defaults":{"maxWaitDurationInHalfOpenState":"0s"}}`))
+	if _, err := f.Registry(); err != nil {
+		t.Errorf("maxWaitDurationInHalfOpenState 0s means wait for the trials: %v", err)
+	}
+	if _, err := breaker.New("x", breaker.Config{}); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
 }

@@ -25,7 +25,7 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -201,13 +201,12 @@ func StreamClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.StreamClie
 			pm.Done(o.classify(err))
 			return nil, err
 		}
-		s := &stream{ClientStream: cs, classify: o.classify, serverStreams: desc.ServerStreams, pm: pm, pending: true}
+		s := &stream{ClientStream: cs, classify: o.classify, serverStreams: desc.ServerStreams, pm: pm}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
-		s.mu.Lock()
-		s.stop = context.AfterFunc(ctx, func() { s.finish(o.classify(ctx.Err())) })
-		s.mu.Unlock()
+		stop := context.AfterFunc(ctx, func() { s.pm.Done(o.classify(ctx.Err())) })
+		s.stop.Store(&stop)
 		return s, nil
 	}
 }
@@ -216,11 +215,9 @@ type stream struct {
 	grpc.ClientStream
 	classify      Classifier
 	serverStreams bool
-	stop          func() bool
+	stop          atomic.Pointer[func() bool] // releases the context watch
 
-	mu      sync.Mutex
-	pm      breaker.Permit
-	pending bool
+	pm breaker.Permit // the first ending decides; later ones record nothing
 }
 
 func (s *stream) RecvMsg(m any) error {
@@ -237,13 +234,8 @@ func (s *stream) RecvMsg(m any) error {
 }
 
 func (s *stream) finish(o breaker.Outcome) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pending {
-		s.pending = false
-		s.pm.Done(o)
-		if s.stop != nil {
-			s.stop()
-		}
+	s.pm.Done(o)
+	if stop := s.stop.Load(); stop != nil {
+		(*stop)()
 	}
 }

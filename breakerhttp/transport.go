@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,9 +52,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if classify == nil {
 		classify = DefaultClassifier
 	}
+	var ctx context.Context
 	cancel := context.CancelFunc(nil)
 	if t.Timeout > 0 {
-		var ctx context.Context
 		ctx, cancel = context.WithTimeout(req.Context(), t.Timeout)
 		req = req.WithContext(ctx)
 	}
@@ -86,7 +85,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 	}
-	resp.Body = &body{rc: resp.Body, pm: pm, pending: deferred, cancel: cancel, classify: classify}
+	b := &body{rc: resp.Body, pm: pm, cancel: cancel, classify: classify}
+	if deferred && ctx != nil {
+		// A body nobody reads or closes must not hold the permit (in
+		// HALF_OPEN, the circuit) past the timeout: running out of it is a
+		// failure, however late the caller closes the body.
+		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify(nil, ctx.Err())) })
+	}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -105,17 +111,19 @@ func closeRequestBody(req *http.Request) {
 	}
 }
 
-// body records a deferred success when the body ends (EOF or Close) or a
-// failure when reading it fails, and releases the attempt's timeout.
+// body records a deferred success when the body ends (EOF or Close), a
+// failure when reading it fails or the timeout runs out first, and releases
+// the attempt's timeout. The first of these to happen decides: completing a
+// permit is idempotent, and a permit completed before the body was wrapped
+// (a failure or ignored status) records nothing more.
 type body struct {
 	rc       io.ReadCloser
 	classify Classifier
 	cancel   context.CancelFunc
+	stop     func() bool // the timeout's failure, when the success is deferred
 
-	closed  atomic.Bool // a read error after Close is the caller's doing
-	mu      sync.Mutex  // Close may race with Read
-	pm      breaker.Permit
-	pending bool
+	closed atomic.Bool // a read error after Close is the caller's doing
+	pm     breaker.Permit
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -143,10 +151,8 @@ func (b *body) Close() error {
 }
 
 func (b *body) finish(o breaker.Outcome) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.pending {
-		b.pending = false
-		b.pm.Done(o)
+	b.pm.Done(o)
+	if b.stop != nil {
+		b.stop()
 	}
 }

@@ -365,3 +365,42 @@ func TestNoConnectionLeak(t *testing.T) {
 }
 
 func noWait(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+// A HALF_OPEN trial whose body nobody reads or closes gives its permit back
+// as a failure when the timeout runs out, and a late Close records nothing:
+// the circuit reopens instead of rejecting everything for ever.
+func TestUnreadTrialBodyFailsAtTheTimeout(t *testing.T) {
+	srv := newServer(t, statusHandler())
+	clk := newClock()
+	b := newBreaker(t, 2, clk)
+	c := client(t, breakerhttp.Policy{Breaker: b, Base: base(t), Timeout: 200 * time.Millisecond}.RoundTripper())
+	for range 2 {
+		resp, err := c.Get(srv.URL + "/500")
+		if err != nil {
+			t.Fatal(err)
+		}
+		breakerhttp.DrainClose(resp)
+	}
+	clk.Advance(time.Minute)
+	resp, err := c.Get(srv.URL + "/200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.State(); s != breaker.HalfOpen {
+		t.Fatalf("state %s while the trial body is unread, want HALF_OPEN", s)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for b.State() == breaker.HalfOpen {
+		if time.Now().After(deadline) {
+			t.Fatal("the unread trial held its permit long after the 200ms timeout")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := b.State(); s != breaker.Open {
+		t.Fatalf("state %s after the trial timed out, want OPEN", s)
+	}
+	_ = resp.Body.Close()
+	if s, tot := b.State(), b.Totals(); s != breaker.Open || tot.Successful != 0 {
+		t.Fatalf("a late Close after the timeout: state %s, %d successes recorded; want OPEN and none", s, tot.Successful)
+	}
+}
