@@ -54,6 +54,7 @@ type phase struct {
 	rejection *OpenError
 	attempt   int    // consecutive openings, for backoff
 	window    window // CLOSED and METRICS_ONLY
+	opener    *phase // OPEN: the phase whose numbers opened it, for Metrics
 
 	// METRICS_ONLY: whether each rate was at or above its threshold at the
 	// last check, so that a crossing is reported once.
@@ -452,6 +453,9 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 		if prev != nil && prev.state == HalfOpen {
 			p.attempt = prev.attempt + 1
 		}
+		if prev != nil && (prev.window.held() || prev.state == HalfOpen) {
+			p.opener = prev
+		}
 		p.openUntil = now.Add(b.openWait(p.attempt))
 		p.untilSec = p.openUntil.Unix()
 		p.rejection = &OpenError{Breaker: b.name, State: Open, Until: p.openUntil}
@@ -522,7 +526,9 @@ func (b *Breaker) enableIfDisabled() {
 type Metrics struct {
 	State State
 	// Calls, FailedCalls and SlowCalls are in the current window (CLOSED and
-	// METRICS_ONLY) or among the completed trial calls (HALF_OPEN).
+	// METRICS_ONLY) or among the completed trial calls (HALF_OPEN). While
+	// OPEN they are those of the window or the trial calls that opened it,
+	// as in Resilience4j (a TIME_BASED window still slides).
 	Calls, FailedCalls, SlowCalls int64
 	// FailureRate and SlowCallRate are percentages, or -1 while the window
 	// holds fewer than the minimum number of calls.
@@ -534,6 +540,12 @@ func (b *Breaker) Metrics() Metrics {
 	now := b.cfg.Clock.Now()
 	p := b.settle(b.cur.Load(), now)
 	m := Metrics{State: p.state, FailureRate: -1, SlowCallRate: -1}
+	if p.opener != nil {
+		// OPEN reports the numbers that opened it, as Resilience4j's open
+		// state keeps the metrics of the state before it: an alert on the
+		// failure rate stays on while the circuit is open.
+		p = p.opener
+	}
 	switch {
 	case p.window.held():
 		var c counts

@@ -392,3 +392,28 @@ func TestCoarseClockStopsWhenIdle(t *testing.T) {
 		t.Fatalf("after a restart of the clock: %+v", m)
 	}
 }
+
+// While OPEN, Metrics reports the window that opened it, as Resilience4j's
+// open state keeps the metrics of the state before it; after HALF_OPEN
+// reopens, the trial calls'.
+func TestOpenKeepsTheNumbersThatOpenedIt(t *testing.T) {
+	clk := newClock()
+	b := mustNew(t, breaker.Config{WindowSize: 10, MinimumNumberOfCalls: 4, PermittedNumberOfCallsInHalfOpenState: 2, Clock: clk})
+	call(b, breaker.Success)
+	for range 3 {
+		call(b, breaker.Failure)
+	}
+	if m := b.Metrics(); m.State != breaker.Open || m.Calls != 4 || m.FailedCalls != 3 || m.FailureRate != 75 {
+		t.Fatalf("OPEN after 3 of 4 failed: %+v, want the window's 4 calls at 75%%", m)
+	}
+	clk.Advance(time.Minute)
+	call(b, breaker.Failure)
+	call(b, breaker.Failure)
+	if m := b.Metrics(); m.State != breaker.Open || m.Calls != 2 || m.FailedCalls != 2 || m.FailureRate != 100 {
+		t.Fatalf("reopened by two failed trials: %+v, want the trials' 2 calls at 100%%", m)
+	}
+	b.ForceOpen()
+	if m := b.Metrics(); m.Calls != 0 || m.FailureRate != -1 {
+		t.Fatalf("FORCED_OPEN: %+v, want no numbers", m)
+	}
+}

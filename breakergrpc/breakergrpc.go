@@ -69,6 +69,13 @@ func DefaultClassifier(err error) breaker.Outcome {
 // FromTransport reports whether s was raised by grpc-go's HTTP/2 transport
 // because the peer reset the stream (RST_STREAM), rather than returned by
 // the server's handler or produced by a local check.
+//
+// grpc-go gives the two no different code, so this matches the message its
+// transport writes ("stream terminated by RST_STREAM ..."). A server whose
+// handler returns a status with that message text is taken for the
+// transport: its ResourceExhausted counts as a failure instead of being
+// ignored. Only a server that copies grpc-go's wording can cause that, and
+// FailOnCodes or a Classifier of your own decides otherwise if it matters.
 func FromTransport(s *status.Status) bool {
 	return strings.HasPrefix(s.Message(), "stream terminated by RST_STREAM")
 }
@@ -90,44 +97,30 @@ func FailOnCodes(next Classifier, cs ...codes.Code) Classifier {
 	}
 }
 
-// Option configures an interceptor.
-type Option func(*options)
+// Circuits picks the circuit for a call by its full method name
+// ("/pkg.Service/Method"). A nil result calls the method without a circuit.
+// Use One for a single circuit, or a function of the method so that call
+// sites that fail for different reasons (a permission check and a list
+// lookup) get circuits of their own.
+type Circuits func(fullMethod string) *breaker.Breaker
 
-type options struct {
-	classify Classifier
-	byMethod func(fullMethod string) *breaker.Breaker
+// One sends every call through circuit b.
+func One(b *breaker.Breaker) Circuits {
+	return func(string) *breaker.Breaker { return b }
 }
 
-// ByMethod picks the circuit per method ("/pkg.Service/Method") instead of
-// one for the whole connection: call sites that fail for different reasons
-// (a permission check and a list lookup) get circuits of their own. A nil
-// result calls the method without a circuit.
-func ByMethod(pick func(fullMethod string) *breaker.Breaker) Option {
-	return func(o *options) { o.byMethod = pick }
+// Config configures an interceptor. The zero value is the default.
+type Config struct {
+	// Classify decides what a call's final error means to the circuit; nil
+	// means DefaultClassifier.
+	Classify Classifier
 }
 
-// circuit is the method's breaker.
-func (o options) circuit(b *breaker.Breaker, method string) *breaker.Breaker {
-	if o.byMethod != nil {
-		return o.byMethod(method)
+func (c Config) classify() Classifier {
+	if c.Classify == nil {
+		return DefaultClassifier
 	}
-	return b
-}
-
-// WithClassifier replaces DefaultClassifier.
-func WithClassifier(c Classifier) Option {
-	return func(o *options) { o.classify = c }
-}
-
-func newOptions(opts []Option) options {
-	o := options{classify: DefaultClassifier}
-	for _, f := range opts {
-		f(&o)
-	}
-	if o.classify == nil {
-		o.classify = DefaultClassifier
-	}
-	return o
+	return c.Classify
 }
 
 // OpenError is the rejection of a call by an open circuit. Its gRPC status
@@ -156,14 +149,20 @@ func allow(b *breaker.Breaker) (breaker.Permit, error) {
 	return pm, nil
 }
 
-// UnaryClientInterceptor sends each unary call through circuit b (or the
-// method's, with ByMethod). Put a per-call timeout on the context (or a
+// UnaryClientInterceptor sends each unary call through the circuit that
+// circuits picks for it. Put a per-call timeout on the context (or a
 // deadline interceptor before this one) so that it is inside the circuit
 // and counted.
-func UnaryClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.UnaryClientInterceptor {
-	o := newOptions(opts)
+//
+// Retries belong outside the circuit, so that it counts every attempt. A
+// retry policy in the channel's service config runs inside grpc-go's
+// ClientConn, below every interceptor: the circuit would see one call for
+// all its attempts. Turn it off (grpc.WithDisableRetry()) and retry in an
+// interceptor placed before this one, or in the caller.
+func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInterceptor {
+	classify := cfg.classify()
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		cb := o.circuit(b, method)
+		cb := circuits(method)
 		if cb == nil {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
@@ -175,17 +174,17 @@ func UnaryClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.UnaryClient
 			return err
 		}
 		err = invoker(ctx, method, req, reply, cc, callOpts...)
-		pm.Done(o.classify(err))
+		pm.Done(classify(err))
 		return err
 	}
 }
 
-// StreamClientInterceptor sends each stream through circuit b (or the
-// method's, with ByMethod); the outcome is recorded when the stream ends.
-func StreamClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.StreamClientInterceptor {
-	o := newOptions(opts)
+// StreamClientInterceptor sends each stream through the circuit that
+// circuits picks for it; the outcome is recorded when the stream ends.
+func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInterceptor {
+	classify := cfg.classify()
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		cb := o.circuit(b, method)
+		cb := circuits(method)
 		if cb == nil {
 			return streamer(ctx, desc, cc, method, callOpts...)
 		}
@@ -198,14 +197,14 @@ func StreamClientInterceptor(b *breaker.Breaker, opts ...Option) grpc.StreamClie
 		}
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
 		if err != nil {
-			pm.Done(o.classify(err))
+			pm.Done(classify(err))
 			return nil, err
 		}
-		s := &stream{ClientStream: cs, classify: o.classify, serverStreams: desc.ServerStreams, pm: pm}
+		s := &stream{ClientStream: cs, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
-		stop := context.AfterFunc(ctx, func() { s.pm.Done(o.classify(ctx.Err())) })
+		stop := context.AfterFunc(ctx, func() { s.pm.Done(classify(ctx.Err())) })
 		s.stop.Store(&stop)
 		return s, nil
 	}

@@ -97,8 +97,8 @@ func dial(t testing.TB, addr string, b *breaker.Breaker, opts ...grpc.DialOption
 	t.Helper()
 	opts = append(opts,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(b)),
-		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(b)))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b), breakergrpc.Config{})),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(breakergrpc.One(b), breakergrpc.Config{})))
 	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +372,7 @@ func TestFailOnCodes(t *testing.T) {
 	b := newBreaker(t, 100)
 	cls := breakergrpc.FailOnCodes(breakergrpc.DefaultClassifier, codes.ResourceExhausted)
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(b, breakergrpc.WithClassifier(cls))))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b), breakergrpc.Config{Classify: cls})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,8 +396,8 @@ func TestByMethod(t *testing.T) {
 		return nil
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(nil, breakergrpc.ByMethod(pick))),
-		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(nil, breakergrpc.ByMethod(pick))))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(pick, breakergrpc.Config{})),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(pick, breakergrpc.Config{})))
 	if err != nil {
 		t.Fatal(err)
 	}

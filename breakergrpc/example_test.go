@@ -36,8 +36,8 @@ func ExampleUnaryClientInterceptor() {
 	}
 	cc, _ := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(nil, breakergrpc.ByMethod(byMethod))),
-		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(nil, breakergrpc.ByMethod(byMethod))))
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(byMethod, breakergrpc.Config{})),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(byMethod, breakergrpc.Config{})))
 	defer cc.Close()
 	client := healthpb.NewHealthClient(cc)
 

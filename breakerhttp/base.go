@@ -11,20 +11,17 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
-// BaseOptions are the shared transport options seed 002's services adopted
-// after a deploy gap. Both are off in the zero value.
+// BaseOptions are shared transport options, off in the zero value. (To
+// resend a request whose connection was refused, as during an instance's
+// restart, use Retry: it sits outside the circuit, so the circuit counts
+// every attempt, and it resends a refused request of any method.)
 type BaseOptions struct {
-	// RetryRefused retries a request once when its connection was refused:
-	// it was never sent, so this is safe for any method. It covers the gap
-	// of a restarting instance; every other error reaches the circuit
-	// untouched. The retry needs a replayable body (GetBody).
-	RetryRefused bool
-	// RefusedDelay is the wait before that retry. Default 100ms.
-	RefusedDelay time.Duration
 	// DNSCacheTTL, if positive, caches successful host lookups for this long
-	// (seed 002 used 5s); failed lookups are never cached.
+	// (for example 5s); failed lookups are never cached.
 	DNSCacheTTL time.Duration
 	// Resolver looks hosts up for the cache; nil means net.DefaultResolver.
 	Resolver Resolver
@@ -45,14 +42,7 @@ func NewBaseTransport(o BaseOptions) http.RoundTripper {
 		dialer = &DNSCache{TTL: o.DNSCacheTTL, Resolver: o.Resolver, Dialer: dialer}
 	}
 	t.DialContext = dialer.DialContext
-	if !o.RetryRefused {
-		return t
-	}
-	delay := o.RefusedDelay
-	if delay <= 0 {
-		delay = 100 * time.Millisecond
-	}
-	return &refusedRetry{next: t, delay: delay}
+	return t
 }
 
 // Resolver looks up a host's addresses; *net.Resolver is one.
@@ -63,31 +53,6 @@ type Resolver interface {
 // BaseDialer dials connections; *net.Dialer is one.
 type BaseDialer interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
-}
-
-// refusedRetry sends a request once more when its connection was refused.
-type refusedRetry struct {
-	next  http.RoundTripper
-	delay time.Duration
-}
-
-func (r *refusedRetry) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := r.next.RoundTrip(req)
-	if err == nil || !Refused(err) {
-		return resp, err
-	}
-	retry, rerr := rewind(req)
-	if rerr != nil || (req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
-		return nil, err
-	}
-	t := time.NewTimer(r.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-req.Context().Done():
-		return nil, err
-	}
-	return r.next.RoundTrip(retry)
 }
 
 // Refused reports whether err is a refused connection: the dial failed,
@@ -108,8 +73,8 @@ type DNSCache struct {
 	Resolver Resolver
 	// Dialer connects to the addresses; nil means a net.Dialer.
 	Dialer BaseDialer
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock supplies time; nil means the system clock.
+	Clock breaker.Clock
 
 	group   singleflight.Group
 	mu      sync.Mutex
@@ -155,8 +120,8 @@ func (c *DNSCache) DialContext(ctx context.Context, network, addr string) (net.C
 }
 
 func (c *DNSCache) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
+	if c.Clock != nil {
+		return c.Clock.Now()
 	}
 	return time.Now()
 }

@@ -17,7 +17,9 @@ import (
 // Only requests that can be sent again are retried: a body must be
 // replayable (GetBody, as http.NewRequest sets for in-memory bodies), and
 // the method idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or the
-// request marked with an Idempotency-Key header, as net/http itself decides.
+// request marked with an Idempotency-Key header, as net/http itself decides
+// — except after a refused connection, which never sent the request, so a
+// POST may go again too (the gap while an instance restarts).
 type Retry struct {
 	// Next sends one attempt. Required.
 	Next http.RoundTripper
@@ -54,7 +56,7 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 	if retryable == nil {
 		retryable = Transient
 	}
-	replayable := replayable(req)
+	bodyOK, idempotent := replayableBody(req), idempotent(req)
 	backoff := r.Backoff
 	if backoff <= 0 {
 		backoff = 200 * time.Millisecond
@@ -65,7 +67,10 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		resp, err := r.Next.RoundTrip(req)
-		if attempt >= attempts || !replayable || !retryable(req, resp, err) {
+		// A refused connection never sent the request: any method may go
+		// again. Otherwise only a request the server may see twice.
+		sendable := bodyOK && (idempotent || (err != nil && Refused(err)))
+		if attempt >= attempts || !sendable || !retryable(req, resp, err) {
 			return resp, err
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -85,6 +90,13 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// CloseIdleConnections closes Next's idle connections.
+func (r *Retry) CloseIdleConnections() {
+	if r.Next != nil {
+		closeIdle(r.Next)
+	}
+}
+
 func (r *Retry) wait(ctx context.Context, d time.Duration) error {
 	if r.Wait != nil {
 		return r.Wait(ctx, d)
@@ -99,11 +111,13 @@ func (r *Retry) wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// replayable reports whether req may be sent again after a failure.
-func replayable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		return false
-	}
+// replayableBody reports whether req's body can be sent again.
+func replayableBody(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// idempotent reports whether the server may see req twice.
+func idempotent(req *http.Request) bool {
 	switch req.Method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
 		return true

@@ -167,14 +167,15 @@ func closedAddr(t testing.TB) string {
 }
 
 // TestRetryRefused: a POST whose connection was refused was never sent, so
-// it is sent once more, and the circuit sees one success.
+// Retry sends it once more, outside the circuit: the circuit counts both
+// attempts, the refusal as a failure.
 func TestRetryRefused(t *testing.T) {
 	h, n := script()
 	srv := newServer(t, h)
 	d := &refusingDialer{closed: closedAddr(t)}
-	tr := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{RetryRefused: true, RefusedDelay: time.Millisecond, Dialer: d})
+	tr := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{Dialer: d})
 	b := newBreaker(t, 100, nil)
-	c := client(t, breakerhttp.Policy{Breaker: b, Base: tr}.RoundTripper())
+	c := client(t, breakerhttp.Policy{Breaker: b, Base: tr, Retry: &breakerhttp.Retry{Attempts: 2, Wait: noWait}}.RoundTripper())
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("order"))
 	resp, err := c.Do(req)
 	if err != nil {
@@ -185,16 +186,30 @@ func TestRetryRefused(t *testing.T) {
 	if string(got) != "order" || n.Load() != 1 || d.dials.Load() != 2 {
 		t.Fatalf("body %q, %d requests served, %d dials", got, n.Load(), d.dials.Load())
 	}
-	if tot := b.Totals(); tot.Successful != 1 || tot.Failed != 0 {
-		t.Fatalf("totals %+v, want one success", tot)
+	if tot := b.Totals(); tot.Successful != 1 || tot.Failed != 1 {
+		t.Fatalf("totals %+v, want the refused attempt failed and the second successful", tot)
 	}
 
-	// Off by default: the refusal reaches the circuit.
+	// A POST that reached the server and failed is not resent.
+	h3, n3 := script(http.StatusBadGateway, http.StatusOK)
+	srv3 := newServer(t, h3)
+	c3 := client(t, breakerhttp.Policy{Breaker: newBreaker(t, 100, nil), Base: base(t), Retry: &breakerhttp.Retry{Attempts: 3, Wait: noWait}}.RoundTripper())
+	req3, _ := http.NewRequest(http.MethodPost, srv3.URL, strings.NewReader("order"))
+	resp3, err := c3.Do(req3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakerhttp.DrainClose(resp3)
+	if resp3.StatusCode != http.StatusBadGateway || n3.Load() != 1 {
+		t.Fatalf("a POST that was sent: status %d after %d attempts, want 502 after 1", resp3.StatusCode, n3.Load())
+	}
+
+	// Without Retry the refusal reaches the circuit.
 	d2 := &refusingDialer{closed: closedAddr(t)}
 	b2 := newBreaker(t, 100, nil)
 	c2 := client(t, breakerhttp.Policy{Breaker: b2, Base: breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{Dialer: d2})}.RoundTripper())
 	if _, err := c2.Get(srv.URL); !breakerhttp.Refused(err) {
-		t.Fatalf("want the refusal without the option, got %v", err)
+		t.Fatalf("want the refusal without Retry, got %v", err)
 	}
 	if b2.Totals().Failed != 1 {
 		t.Fatal("the refusal was not counted")
@@ -224,7 +239,7 @@ func TestDNSCache(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	res := &countingResolver{delay: 20 * time.Millisecond}
 	clk := newClock()
-	cache := &breakerhttp.DNSCache{TTL: 5 * time.Second, Resolver: res, Now: clk.Now}
+	cache := &breakerhttp.DNSCache{TTL: 5 * time.Second, Resolver: res, Clock: clk}
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for range 50 {
@@ -269,11 +284,16 @@ func TestDNSCache(t *testing.T) {
 // TestHealthStaysUpWhileOpen: liveness and readiness must not follow a
 // dependency's circuit.
 func TestHealthStaysUpWhileOpen(t *testing.T) {
-	reg, err := breaker.NewRegistry(breaker.Config{}, nil)
+	reg, err := breaker.NewRegistry(breaker.Config{WindowSize: 4, MinimumNumberOfCalls: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.Get("account-access").Open()
+	access := reg.Get("account-access")
+	for _, o := range []breaker.Outcome{breaker.Success, breaker.Failure, breaker.Failure, breaker.Failure} {
+		if p, err := access.Allow(); err == nil {
+			p.Done(o)
+		}
+	}
 	reg.Get("account-read").ForceOpen()
 	reg.Get("notification")
 	srv := newServer(t, breakerhttp.HealthHandler(reg))
@@ -284,7 +304,11 @@ func TestHealthStaysUpWhileOpen(t *testing.T) {
 	defer resp.Body.Close()
 	var got struct {
 		Status   string
-		Circuits map[string]struct{ State string }
+		Circuits map[string]struct {
+			State         string
+			FailureRate   float64
+			BufferedCalls int64
+		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
@@ -294,5 +318,9 @@ func TestHealthStaysUpWhileOpen(t *testing.T) {
 	}
 	if got.Circuits["account-access"].State != "OPEN" || got.Circuits["account-read"].State != "FORCED_OPEN" || got.Circuits["notification"].State != "CLOSED" {
 		t.Fatalf("circuits not reported: %+v", got.Circuits)
+	}
+	// An open circuit reports the window that opened it, as Resilience4j.
+	if a := got.Circuits["account-access"]; a.FailureRate != 75 || a.BufferedCalls != 4 {
+		t.Fatalf("open circuit reported %+v, want the window that opened it (4 calls, 75%%)", a)
 	}
 }

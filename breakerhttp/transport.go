@@ -96,6 +96,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the base transport's idle connections, so
+// that http.Client.CloseIdleConnections reaches them through the circuit.
+func (t *Transport) CloseIdleConnections() { closeIdle(t.base()) }
+
+// closeIdle closes rt's idle connections if it keeps any.
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t *Transport) base() http.RoundTripper {
 	if t.Base != nil {
 		return t.Base

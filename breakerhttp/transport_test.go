@@ -404,3 +404,31 @@ func TestUnreadTrialBodyFailsAtTheTimeout(t *testing.T) {
 		t.Fatalf("a late Close after the timeout: state %s, %d successes recorded; want OPEN and none", s, tot.Successful)
 	}
 }
+
+// Policy's client closes the base transport's idle keep-alive connections
+// through the retry and the circuit.
+func TestCloseIdleConnectionsReachesTheBase(t *testing.T) {
+	var closed atomic.Int64
+	srv := httptest.NewUnstartedServer(statusHandler())
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := breakerhttp.Policy{Breaker: newBreaker(t, 100, nil), Base: base(t), Retry: &breakerhttp.Retry{}}.Client()
+	resp, err := c.Get(srv.URL + "/200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakerhttp.DrainClose(resp)
+	c.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for closed.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle keep-alive connection is still open after CloseIdleConnections")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

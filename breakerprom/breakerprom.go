@@ -16,7 +16,11 @@
 // The state label takes Resilience4j's values: closed, open, half_open,
 // disabled, forced_open, metrics_only.
 //
-// Differences, each because the core does not keep the number:
+// While a circuit is OPEN, buffered_calls, slow_calls and the rates are
+// those of the window (or the half-open trial calls) that opened it, as in
+// Resilience4j, whose open state keeps the metrics of the state before it.
+//
+// Every difference from resilience4j-micrometer's export:
 //
 //   - Call durations are measured only by breakers with
 //     Config.RecordCallDurations (or slow-call tracking) on, since timing
@@ -28,6 +32,17 @@
 //     successful/failed pair; sum(...) by name gives the same total.
 //   - Counts start when the collector is created (it turns counting on, see
 //     breaker.Registry.EnableTotals), as Micrometer's start when it binds.
+//   - max_buffered_calls is exported for COUNT_BASED circuits only: a
+//     TIME_BASED window is bounded in seconds, so it has no maximum number
+//     of calls to report.
+//   - The _max gauge keeps the longest call of the latest clock minute that
+//     had one, for one to two minutes, on the breaker's own clock;
+//     Micrometer's rotates its own ring of buffers, so the two may drop a
+//     maximum at slightly different moments.
+//   - FORCED_OPEN and DISABLED report an empty window (rates -1), as
+//     Resilience4j's do; the state gauge says which state it is.
+//   - Nothing else: names, label keys and values, types and the -1 below
+//     the minimum number of calls are Micrometer's.
 //
 // Labels are the circuit's name and the fixed kind or state values, never
 // anything from a request: no tokens, bodies, paths or user IDs.

@@ -96,7 +96,10 @@ type OrdersConfig struct {
 	// Timeout is the per-call timeout of the permission check, inside the
 	// account-access circuit (seed 002: 10s).
 	Timeout time.Duration
-	Clock   interface{ Now() time.Time }
+	// OpenWait is the circuit's open wait; default 15s.
+	OpenWait time.Duration
+	// Clock, if set, replaces the system clock (breaker.Clock).
+	Clock breaker.Clock
 	// Logger receives the gate's lines; default slog.Default().
 	Logger *slog.Logger
 }
@@ -106,9 +109,12 @@ type OrdersConfig struct {
 // calls), timeout inside it, no retry, and a fail-closed gate with a 60s
 // allow / 10s deny cache.
 func NewOrders(cfg OrdersConfig) (*Orders, error) {
+	if cfg.OpenWait <= 0 {
+		cfg.OpenWait = 15 * time.Second
+	}
 	circuits, err := breaker.NewRegistry(breaker.Config{
 		WindowType: breaker.TimeBased, WindowSize: 30, MinimumNumberOfCalls: 10, FailureRateThreshold: 50,
-		WaitDurationInOpenState: 15 * time.Second, PermittedNumberOfCallsInHalfOpenState: 3,
+		WaitDurationInOpenState: cfg.OpenWait, PermittedNumberOfCallsInHalfOpenState: 3,
 		MaxWaitDurationInHalfOpenState: time.Minute, Clock: cfg.Clock,
 	}, nil)
 	if err != nil {
