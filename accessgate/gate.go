@@ -11,9 +11,10 @@
 // with per-entry expiry).
 //
 // A gate whose failure default is "existing permissions stay" rather than
-// "permissions wide open" (seed 002's permission-version gate: old
-// permissions until the token expires) may opt into AllowWhenUnavailable;
-// it is never the default.
+// "permissions wide open" (for example a gate that checks whether a
+// token's permissions are still current, where the old permissions hold
+// until the token expires) may opt into AllowWhenUnavailable; it is never
+// the default, and it never covers a misconfiguration.
 //
 // The circuit breaker's kill switch (CIRCUITBREAKER_ENABLED=false) turns
 // the circuits off, not this policy: a failed lookup is still refused.
@@ -26,6 +27,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -56,16 +58,21 @@ type WhenUnavailable int
 const (
 	// RejectWhenUnavailable refuses the request (503). The default.
 	RejectWhenUnavailable WhenUnavailable = iota
-	// AllowWhenUnavailable lets the request through. Only for a gate whose
-	// failure leaves existing permissions in place, never for the check
-	// that is a request's authorization.
+	// AllowWhenUnavailable lets the request through when the permission
+	// service cannot be reached or fails: a timeout, a refused or broken
+	// connection, a 5xx, an open circuit. Only for a gate whose failure
+	// leaves existing permissions in place, never for the check that is a
+	// request's authorization.
+	//
+	// It does not cover an answer that says the check itself is wrong: a
+	// 3xx or 4xx (the service rejects our credentials or the URL moved) or
+	// a 200 whose body is not a decision. Those are configuration problems
+	// that no wait fixes; allowing on them would open the gate for good,
+	// silently, from the first deploy. They are refused (503) and logged at
+	// error level even on a fail-open gate. An empty subject or resource is
+	// never allowed either.
 	AllowWhenUnavailable
 )
-
-// Clock supplies time; inject one in tests.
-type Clock interface {
-	Now() time.Time
-}
 
 // Config configures a Checker.
 type Config struct {
@@ -88,12 +95,21 @@ type Config struct {
 	// Logger receives one line per failed lookup; never tokens or bodies.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Clock; default the system clock.
-	Clock Clock
+	// Clock supplies time for the cache and Retry-After; default the system
+	// clock. It is the breaker's clock interface, so one clock drives both.
+	Clock breaker.Clock
 }
 
 // ErrDenied is the answer for a subject that may not use the resource.
 var ErrDenied = errors.New("accessgate: access denied")
+
+// ErrUnauthenticated is the answer for an empty subject: nobody is asked
+// about, and nothing is allowed to, a request that names no one.
+var ErrUnauthenticated = errors.New("accessgate: no subject: the request is not authenticated")
+
+// ErrNoResource is the answer for an empty resource, a programming error
+// in the caller: there is nothing to decide.
+var ErrNoResource = errors.New("accessgate: no resource to check access to")
 
 // ErrUnavailable is matched (errors.Is) by every *UnavailableError.
 var ErrUnavailable = errors.New("accessgate: access decision unavailable")
@@ -105,8 +121,9 @@ type UnavailableError struct {
 	// RetryAfter is when asking again makes sense: the circuit's remaining
 	// open wait, or one second.
 	RetryAfter time.Duration
-	// Misconfigured: the permission service rejected the check itself
-	// (a 4xx: a bad internal secret, a wrong URL), which no retry fixes.
+	// Misconfigured: the permission service rejected the check itself (a
+	// 3xx or 4xx: a bad internal secret, a moved or wrong URL) or answered
+	// something that is not a decision, which no retry fixes.
 	Misconfigured bool
 }
 
@@ -185,6 +202,7 @@ func New(cfg Config) (*Checker, error) {
 	} else {
 		cfg.Clock = systemClock{}
 	}
+
 	cache, err := otter.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("accessgate: decision cache: %w", err)
@@ -198,7 +216,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // otterClock drives the cache's expiry from an injected clock, without the
 // periodic clean-up (expired entries are still never returned).
-type otterClock struct{ c Clock }
+type otterClock struct{ c breaker.Clock }
 
 func (o otterClock) NowNano() int64                      { return o.c.Now().UnixNano() }
 func (o otterClock) Tick(time.Duration) <-chan time.Time { return nil }
@@ -208,16 +226,25 @@ func (g *Checker) Close() { g.cache.StopAllGoroutines() }
 
 // Check returns nil if subject may use resource, ErrDenied if not, and an
 // *UnavailableError (errors.Is ErrUnavailable) if the decision is unknown,
-// unless the gate was configured AllowWhenUnavailable. A cache hit allocates
-// nothing.
+// unless the gate was configured AllowWhenUnavailable and the service is
+// unreachable or failing (see AllowWhenUnavailable). An empty subject is
+// ErrUnauthenticated and an empty resource ErrNoResource; neither is looked
+// up or allowed. No wait is longer than Config.LookupTimeout. A cache hit
+// allocates nothing.
 func (g *Checker) Check(ctx context.Context, subject, resource string) error {
+	switch {
+	case subject == "":
+		return ErrUnauthenticated
+	case resource == "":
+		return ErrNoResource
+	}
 	k := key{subject, resource}
 	if allowed, ok := g.cache.GetIfPresent(k); ok {
 		g.stats.hits.Add(1)
 		return g.decided(allowed)
 	}
 	g.stats.misses.Add(1)
-	ch := g.flight.DoChan(subject+"\x00"+resource, func() (any, error) { return g.lookup(k) })
+	ch := g.flight.DoChan(flightKey(subject, resource), func() (any, error) { return g.lookup(k) })
 	select {
 	case r := <-ch:
 		if r.Err != nil {
@@ -228,6 +255,13 @@ func (g *Checker) Check(ctx context.Context, subject, resource string) error {
 		// This caller left; the shared lookup goes on for the others.
 		return g.unavailable(ctx.Err())
 	}
+}
+
+// flightKey names one (subject, resource) pair for the shared lookups. The
+// subject's length comes first, so no two pairs share a key whatever bytes
+// they hold ("a\x00b"+"c" and "a"+"b\x00c" differ in it).
+func flightKey(subject, resource string) string {
+	return strconv.Itoa(len(subject)) + ":" + subject + resource
 }
 
 func (g *Checker) decided(allowed bool) error {
@@ -249,13 +283,15 @@ func (g *Checker) lookup(k key) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.LookupTimeout)
 	defer cancel()
-	allowed, err := g.cfg.Lookup.Check(ctx, k.subject, k.resource)
+	allowed, err := g.bounded(ctx, k)
 	if err != nil {
-		var se *StatusError
-		if errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
+		if misconfigured(err) {
 			g.stats.lookupMisconfigured.Add(1)
-			g.cfg.Logger.Error("accessgate: the permission service rejected the check; this is a configuration problem (credentials, URL), not a denial",
-				"gate", g.cfg.Name, "resource", k.resource, "status", se.Code)
+			attrs := []any{"gate", g.cfg.Name, "resource", k.resource, "error", describe(err)}
+			if se := (*StatusError)(nil); errors.As(err, &se) {
+				attrs = append(attrs, "status", se.Code)
+			}
+			g.cfg.Logger.Error("accessgate: the permission service rejected the check or answered something that is not a decision; this is a configuration problem (credentials, URL, response format), not a denial", attrs...)
 		} else {
 			g.stats.lookupFailed.Add(1)
 			g.cfg.Logger.Warn("accessgate: access check unavailable", "gate", g.cfg.Name, "resource", k.resource, "error", describe(err))
@@ -271,8 +307,40 @@ func (g *Checker) lookup(k key) (bool, error) {
 	return allowed, nil
 }
 
+// bounded runs the lookup and gives up when ctx ends, even if the Lookup
+// ignores its context: the late answer is dropped, never used or cached.
+// (Such a Lookup keeps its goroutine until it returns.)
+func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
+	type answer struct {
+		allowed bool
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		allowed, err := g.cfg.Lookup.Check(ctx, k.subject, k.resource)
+		done <- answer{allowed, err}
+	}()
+	select {
+	case a := <-done:
+		if a.err == nil && ctx.Err() != nil {
+			return false, ctx.Err() // answered, but past the timeout
+		}
+		return a.allowed, a.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// misconfigured reports whether err says the check itself is wrong rather
+// than the service unreachable: a 3xx or 4xx, or an answer that is not a
+// decision.
+func misconfigured(err error) bool {
+	var se *StatusError
+	return errors.Is(err, errBadAnswer) || (errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
+}
+
 func (g *Checker) unavailable(cause error) error {
-	if g.cfg.WhenUnavailable == AllowWhenUnavailable {
+	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) {
 		g.stats.allowedFailOpen.Add(1)
 		return nil
 	}
@@ -284,8 +352,7 @@ func (g *Checker) unavailable(cause error) error {
 			e.RetryAfter = d
 		}
 	}
-	var se *StatusError
-	e.Misconfigured = errors.As(cause, &se) && se.Code >= 400 && se.Code < 500
+	e.Misconfigured = misconfigured(cause)
 	return e
 }
 

@@ -9,13 +9,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
-// StatusError is a permission service answer other than 200. A 4xx means
-// the service rejected the check itself (credentials, URL): a configuration
-// problem, logged at error level, and still unavailable rather than a
-// denial. The circuit (breakerhttp's default classifier) ignores 4xx, so it
-// does not open on it either; a 5xx is a failure there.
+// StatusError is a permission service answer other than 200. A 3xx (a
+// redirect, which a permission check never follows) or 4xx means the
+// service rejected the check itself or moved (credentials, URL): a
+// configuration problem, logged at error level, and still unavailable
+// rather than a denial. The circuit (breakerhttp's default classifier)
+// ignores 4xx, so it does not open on it either; a 5xx is a failure there.
 type StatusError struct {
 	Code int
 }
@@ -25,12 +27,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("accessgate: permission service answered %d", e.Code)
 }
 
-var errBadAnswer = errors.New("accessgate: permission service answer is neither true, false nor {\"allowed\": bool}")
+// errBadAnswer is an answer that is not a decision (see HTTPLookup.Check).
+var errBadAnswer = errors.New("accessgate: the permission service's answer is not a decision")
 
 // HTTPLookup asks a permission service over HTTP. Give it a client whose
 // transport is a circuit for this call site, for example
 // breakerhttp.Policy{Breaker: circuits.Get("account-access"), Timeout: 10 * time.Second}.Client():
 // timeout inside the circuit, no retry (the gate is on the request path).
+//
+// It never follows a redirect, whatever the client's CheckRedirect says: a
+// 3xx is a configuration problem (see StatusError), and no request, with
+// its headers (an internal secret, Authorization), goes anywhere but where
+// Request pointed it.
 type HTTPLookup struct {
 	// Client sends the request. Required.
 	Client *http.Client
@@ -67,11 +75,24 @@ func Query(base string, header http.Header) func(ctx context.Context, subject, r
 	}
 }
 
-// answerLimit bounds how much of an answer is read.
-const answerLimit = 4 << 10
+// AnswerLimit is the largest answer body HTTPLookup reads; a longer one is
+// not a decision.
+const AnswerLimit = 16 << 10
 
-// Check implements Lookup: a 200 whose body is true, false, or a JSON
-// object with a boolean "allowed".
+// Check implements Lookup. Only a 200 whose whole body, at most AnswerLimit
+// bytes, is one of these JSON texts (RFC 8259) is a decision:
+//
+//	true                     allow
+//	false                    deny
+//	{"allowed": true}        allow; other members are allowed and ignored
+//	{"allowed": false}       deny
+//
+// JSON whitespace may surround the value (an encoder's trailing newline).
+// The key is exactly "allowed", once, and its value a boolean. Anything else
+// is not a decision and fails the check as a configuration problem: a body
+// over the limit, trailing data ("true false", "true" then an HTML page), a
+// key in another case ("Allowed", "ALLOWED"), a duplicate key, a string
+// "true", an HTML error page served with 200.
 func (l *HTTPLookup) Check(ctx context.Context, subject, resource string) (bool, error) {
 	if l.Client == nil || l.Request == nil {
 		return false, errors.New("accessgate: HTTPLookup needs Client and Request")
@@ -80,33 +101,92 @@ func (l *HTTPLookup) Check(ctx context.Context, subject, resource string) (bool,
 	if err != nil {
 		return false, err
 	}
-	resp, err := l.Client.Do(req)
+	client := *l.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
 	if err != nil {
 		return false, err
 	}
 	defer func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, answerLimit))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, AnswerLimit))
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode != http.StatusOK {
 		return false, &StatusError{Code: resp.StatusCode}
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, answerLimit))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, AnswerLimit+1))
 	if err != nil {
 		return false, fmt.Errorf("accessgate: reading the permission service answer: %w", err)
 	}
-	body = bytes.TrimSpace(body)
-	switch string(body) {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
+	if len(body) > AnswerLimit {
+		return false, fmt.Errorf("%w: longer than %d bytes", errBadAnswer, AnswerLimit)
 	}
-	var obj struct {
-		Allowed *bool `json:"allowed"`
+	return parseAnswer(body)
+}
+
+// parseAnswer reads a decision in the grammar HTTPLookup.Check documents.
+func parseAnswer(body []byte) (bool, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", errBadAnswer, err)
 	}
-	if err := json.Unmarshal(body, &obj); err != nil || obj.Allowed == nil {
-		return false, errBadAnswer
+	var allowed bool
+	switch t := tok.(type) {
+	case bool:
+		allowed = t
+	case json.Delim:
+		if t != '{' {
+			return false, fmt.Errorf("%w: not a boolean or an object", errBadAnswer)
+		}
+		if allowed, err = parseObject(dec); err != nil {
+			return false, err
+		}
+	default:
+		return false, fmt.Errorf("%w: not a boolean or an object", errBadAnswer)
 	}
-	return *obj.Allowed, nil
+	if _, err := dec.Token(); err != io.EOF {
+		return false, fmt.Errorf("%w: data after the answer", errBadAnswer)
+	}
+	return allowed, nil
+}
+
+// parseObject reads the members of an object whose '{' was read.
+func parseObject(dec *json.Decoder) (bool, error) {
+	seen := map[string]bool{}
+	var allowed, found bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", errBadAnswer, err)
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return false, fmt.Errorf("%w: duplicate key %q", errBadAnswer, k)
+		}
+		seen[k] = true
+		switch {
+		case k == "allowed":
+			v, err := dec.Token()
+			b, ok := v.(bool)
+			if err != nil || !ok {
+				return false, fmt.Errorf("%w: \"allowed\" is not a boolean", errBadAnswer)
+			}
+			allowed, found = b, true
+		case strings.EqualFold(k, "allowed"):
+			return false, fmt.Errorf("%w: key %q is not \"allowed\"", errBadAnswer, k)
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false, fmt.Errorf("%w: %v", errBadAnswer, err)
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return false, fmt.Errorf("%w: %v", errBadAnswer, err)
+	}
+	if !found {
+		return false, fmt.Errorf("%w: no \"allowed\"", errBadAnswer)
+	}
+	return allowed, nil
 }

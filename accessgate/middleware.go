@@ -18,25 +18,31 @@ const (
 	CodeDenied          = "SERVICE_ACCESS_DENIED"
 	CodeUnavailable     = "SERVICE_ACCESS_UNAVAILABLE"
 	CodeUnauthenticated = "UNAUTHENTICATED"
+	CodeInternal        = "INTERNAL_ERROR"
 )
 
 // Middleware guards next with the gate for one resource. next runs only on
 // an allow. A denial answers 403 SERVICE_ACCESS_DENIED; an unknown decision
 // answers 503 SERVICE_ACCESS_UNAVAILABLE with Retry-After; a request
-// without a subject answers 401.
+// without a subject, or whose subject is empty, answers 401; an empty
+// resource (a programming error) answers 500 INTERNAL_ERROR and is logged.
 func (g *Checker) Middleware(resource string, subject Subject) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, ok := subject(r)
 			if !ok {
-				writeJSON(w, http.StatusUnauthorized, CodeUnauthenticated, "authentication required")
-				return
+				s = "" // not authenticated, whatever it returned
 			}
 			err := g.Check(r.Context(), s, resource)
 			var ue *UnavailableError
 			switch {
 			case err == nil:
 				next.ServeHTTP(w, r)
+			case errors.Is(err, ErrUnauthenticated):
+				writeJSON(w, http.StatusUnauthorized, CodeUnauthenticated, "authentication required")
+			case errors.Is(err, ErrNoResource):
+				g.cfg.Logger.Error("accessgate: Middleware guards an empty resource; every request is refused", "gate", g.cfg.Name)
+				writeJSON(w, http.StatusInternalServerError, CodeInternal, "access cannot be checked")
 			case errors.Is(err, ErrDenied):
 				writeJSON(w, http.StatusForbidden, CodeDenied, "you do not have access to "+resource)
 			case errors.As(err, &ue):

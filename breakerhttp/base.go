@@ -25,8 +25,7 @@ type BaseOptions struct {
 	DNSCacheTTL time.Duration
 	// Resolver looks hosts up for the cache; nil means net.DefaultResolver.
 	Resolver Resolver
-	// Dialer connects; nil means a net.Dialer with a 3s timeout (the
-	// connect timeout of seed 002's pool).
+	// Dialer connects; nil means a net.Dialer with a 3s connect timeout.
 	Dialer BaseDialer
 }
 

@@ -38,10 +38,10 @@
 // resets is a failure: close every response body (net/http requires it
 // anyway).
 //
-// [NewBaseTransport] builds the shared base transport with the two opt-in
-// options seed 002's services needed after a deploy gap: one retry of a
-// request whose connection was refused (it was never sent), and a short DNS
-// cache.
+// [NewBaseTransport] builds a shared base transport with an opt-in short
+// DNS cache. [Retry] resends a request whose connection was refused (it was
+// never sent, so any method may go again), outside the circuit, so that the
+// circuit counts every attempt.
 //
 // [HealthHandler] reports circuits as information and always answers 200: an
 // open circuit means a dependency is sick, not this process.

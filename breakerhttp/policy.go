@@ -8,8 +8,7 @@ import (
 )
 
 // Policy is one call site's failure handling, composed in the only safe
-// order: retry( circuit( timeout( Base ) ) ). The three compositions of
-// seed 002:
+// order: retry( circuit( timeout( Base ) ) ). Three common compositions:
 //
 //	account-access: Policy{Breaker: access, Timeout: 10 * time.Second}        // no retry
 //	account-read:   Policy{Breaker: read, Timeout: 10 * time.Second, Retry: &Retry{Attempts: 3}}

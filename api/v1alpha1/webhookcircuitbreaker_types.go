@@ -75,8 +75,8 @@ type Target struct {
 }
 
 // ProbeSpec sets how often and how strictly the webhook is probed. The
-// defaults are seed 000's: every 1s, 250ms deadline, open after 3 failures,
-// close after 5 successes.
+// defaults: every 1s, 250ms deadline, open after 3 failures, close after 5
+// successes.
 // +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || !self.interval.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !self.timeout.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.interval) < duration('100ms') || duration(self.timeout) < duration('10ms') || duration(self.timeout) <= duration(self.interval)",message="probe.timeout must not exceed probe.interval"
 type ProbeSpec struct {
 	// Interval between probes, a duration from 100ms to 1h. Default 1s.

@@ -1,4 +1,4 @@
-// Command tripswitch-demo runs seed 000's delayed-webhook experiment on a
+// Command tripswitch-demo runs the delayed-webhook experiment on a
 // real kube-apiserver and etcd (started through envtest): a slow webhook,
 // the circuit opening with Ignore and with Bypass, and recovery. It is a
 // binary of its own so that the controller links no test machinery.

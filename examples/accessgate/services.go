@@ -94,7 +94,7 @@ type Orders struct {
 type OrdersConfig struct {
 	AccountURL string
 	// Timeout is the per-call timeout of the permission check, inside the
-	// account-access circuit (seed 002: 10s).
+	// account-access circuit (10s in production settings).
 	Timeout time.Duration
 	// OpenWait is the circuit's open wait; default 15s.
 	OpenWait time.Duration
@@ -104,7 +104,7 @@ type OrdersConfig struct {
 	Logger *slog.Logger
 }
 
-// NewOrders wires the orders service as seed 002 does: the account-access
+// NewOrders wires the orders service: the account-access
 // circuit (TIME_BASED 30s window, 10 calls minimum, 50%, 15s open, 3 trial
 // calls), timeout inside it, no retry, and a fail-closed gate with a 60s
 // allow / 10s deny cache.

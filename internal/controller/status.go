@@ -23,7 +23,7 @@ const (
 // maxHistory bounds status.history (the CRD enforces the same).
 const maxHistory = 20
 
-// Probe defaults, seed 000's; the CRD applies the same ones.
+// Probe defaults; the CRD applies the same ones.
 const (
 	defaultInterval         = time.Second
 	defaultTimeout          = 250 * time.Millisecond

@@ -1,4 +1,4 @@
-// Package demo runs seed 000's delayed-webhook experiment on a real API
+// Package demo runs the delayed-webhook experiment on a real API
 // server: a webhook with failurePolicy Fail and timeoutSeconds 1 starts
 // answering after 2s, tripswitch opens its circuit, the webhook recovers, and
 // tripswitch restores it; once with openAction Ignore and once with Bypass.
@@ -243,7 +243,7 @@ func InProcess(ctx context.Context, cfg *rest.Config, dir string) (stop func(), 
 	return func() { cancel(); <-done; _ = logFile.Close() }, nil
 }
 
-// install creates the namespace, the webhook configuration (seed 000's: Fail,
+// install creates the namespace, the webhook configuration (Fail,
 // timeoutSeconds 1, ConfigMap creates) and the breaker.
 func (e *env) install(ctx context.Context) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}

@@ -10,7 +10,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
 
-// Report writes the results table, like seed 000's but over several creates
+// Report writes the results table, over several creates
 // per phase, and the circuit's timings.
 func Report(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
