@@ -77,7 +77,7 @@ type Target struct {
 // ProbeSpec sets how often and how strictly the webhook is probed. The
 // defaults: every 1s, 250ms deadline, open after 3 failures, close after 5
 // successes.
-// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || !self.interval.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !self.timeout.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.interval) < duration('100ms') || duration(self.timeout) < duration('10ms') || duration(self.timeout) <= duration(self.interval)",message="probe.timeout must not exceed probe.interval"
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.timeout) || !self.interval.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || !self.timeout.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.interval) < duration('100ms') || duration(self.timeout) < duration('10ms') || duration(self.timeout) <= duration(self.interval)",messageExpression="'probe.timeout (' + self.timeout + ') must not exceed probe.interval (' + self.interval + '); the timeout defaults to 250ms, so an interval under 250ms needs a timeout of its own, for example timeout: ' + self.interval"
 type ProbeSpec struct {
 	// Interval between probes, a duration from 100ms to 1h. Default 1s.
 	// +optional

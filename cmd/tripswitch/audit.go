@@ -18,6 +18,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/identity"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -102,9 +103,14 @@ func runAudit(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The re-reviews name the operator running the audit.
+	requester, err := identity.Username(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	var reviewer audit.Reviewer
 	if !*noReview {
-		reviewer = &probe.HTTPProber{}
+		reviewer = &probe.HTTPProber{Requester: requester}
 	}
 	burst := max(int(*qps), 1)
 	a, err := audit.NewAuditor(cfg, float32(*qps), burst, reviewer)
@@ -112,6 +118,7 @@ func runAudit(args []string, out io.Writer) error {
 		return err
 	}
 	a.MaxObjects = *maxObjects
+	a.User = requester
 	report, err := a.Audit(ctx, wh, audit.Window{From: w.OpenedAt.Time, To: to})
 	if err != nil {
 		return fmt.Errorf("audit of breaker %s: %w", name, err)

@@ -14,6 +14,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/identity"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -225,7 +227,18 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency, SignalInterval: f.signalInterval}); err != nil {
+	// The reviews tripswitch sends name the user it runs as, in whatever
+	// namespace it was installed.
+	idCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	requester, err := identity.Username(idCtx, cfg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("learn the controller's identity, which its probe and audit reviews name: %w", err)
+	}
+	ctrl.Log.Info("running as", "user", requester)
+	prober := &probe.HTTPProber{Requester: requester}
+	if _, err := controller.Setup(mgr, controller.Options{Prober: prober, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency,
+		SignalInterval: f.signalInterval, Requester: requester}); err != nil {
 		return err
 	}
 	// An open circuit is not a liveness failure: health reports only whether

@@ -52,7 +52,8 @@ type Auditor struct {
 	// Concurrency is how many re-reviews run at once. Default 4.
 	Concurrency int
 	// User is the requester the re-reviews name (the original one is not
-	// recorded anywhere). Default "system:serviceaccount:tripswitch-system:tripswitch".
+	// recorded anywhere): the user tripswitch runs as (identity.Username).
+	// Empty names none.
 	User string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -74,9 +75,6 @@ func (a *Auditor) defaults() {
 	}
 	if a.Concurrency <= 0 {
 		a.Concurrency = 4
-	}
-	if a.User == "" {
-		a.User = "system:serviceaccount:tripswitch-system:tripswitch"
 	}
 	if a.Now == nil {
 		a.Now = time.Now

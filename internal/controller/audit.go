@@ -47,9 +47,12 @@ type AuditRunner struct {
 	Config *rest.Config
 	// Reviewer sends the re-reviews.
 	Reviewer audit.Reviewer
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
-	Metrics  *Metrics
+	// Requester is the user the re-reviews name: the one the controller
+	// runs as.
+	Requester string
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Metrics   *Metrics
 
 	once    sync.Once
 	queue   chan string
@@ -152,6 +155,7 @@ func (a *AuditRunner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker
 		return failed("%v", err)
 	}
 	auditor.MaxObjects = int(max(spec.MaxObjects, 1))
+	auditor.User = a.Requester
 	to := w.OpenedAt.Time
 	if w.ClosedAt != nil {
 		to = w.ClosedAt.Time

@@ -39,6 +39,9 @@ type Options struct {
 	// SignalInterval is how often the API server's /metrics is read for
 	// breakers with spec.apiServerSignal; default 5s.
 	SignalInterval time.Duration
+	// Requester is the user the controller runs as (identity.Username); the
+	// audit's re-reviews name it. Set the HTTPProber's Requester to it too.
+	Requester string
 }
 
 // queueRef hands the controller's workqueue, once it starts, to the probe
@@ -120,7 +123,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	audits := &AuditRunner{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Reviewer: reviewer,
-		Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Metrics: metrics,
+		Requester: opts.Requester, Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Metrics: metrics,
 	}
 	if err := mgr.Add(audits); err != nil {
 		return nil, fmt.Errorf("add audit runner: %w", err)

@@ -35,7 +35,9 @@ func TestAPIServerRejectsBadBreakers(t *testing.T) {
 		{"interval too short", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Interval = dur(time.Millisecond) }, "probe.interval must be between 100ms and 1h"},
 		{"timeout longer than interval", func(w *v1alpha1.WebhookCircuitBreaker) {
 			w.Spec.Probe.Interval, w.Spec.Probe.Timeout = dur(time.Second), dur(2*time.Second)
-		}, "probe.timeout must not exceed probe.interval"},
+		}, "probe.timeout (2s) must not exceed probe.interval (1s)"},
+		{"short interval with the default timeout", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Interval = dur(100 * time.Millisecond) },
+			"probe.timeout (250ms) must not exceed probe.interval (100ms); the timeout defaults to 250ms, so an interval under 250ms needs a timeout of its own, for example timeout: 100ms"},
 		{"relative health path", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.HealthPath = "healthz" }, "spec.probe.healthPath"},
 		{"empty webhook name", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = "" }, "spec.target.webhookName"},
 	}

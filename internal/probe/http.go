@@ -46,6 +46,10 @@ type HTTPProber struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// RootCAs is the trust used when caBundle is omitted; nil means the system roots.
 	RootCAs *x509.CertPool
+	// Requester is the user the synthetic AdmissionReview names: the one the
+	// controller runs as (identity.Username), so that a webhook that judges
+	// by requester judges the user that really asks. Empty names none.
+	Requester string
 
 	// transports keeps one keep-alive transport per destination and trust,
 	// as the API server keeps its webhook clients: a steady probe then costs
@@ -158,7 +162,7 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
 	}
-	req, uid, err := newRequest(ctx, t, ep.url)
+	req, uid, err := newRequest(ctx, t, ep.url, p.Requester)
 	if err != nil {
 		return Result{Status: Unknown, Reason: err.Error()}
 	}
@@ -305,7 +309,7 @@ func (p *HTTPProber) resolve(t Target) (endpoint, error) {
 	return ep, nil
 }
 
-func newRequest(ctx context.Context, t Target, target string) (*http.Request, types.UID, error) {
+func newRequest(ctx context.Context, t Target, target, requester string) (*http.Request, types.UID, error) {
 	if t.Kind != v1alpha1.ProbeAdmissionReview {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
@@ -313,7 +317,7 @@ func newRequest(ctx context.Context, t Target, target string) (*http.Request, ty
 		}
 		return req, "", nil
 	}
-	body, uid, err := syntheticReview(t.ReviewVersions)
+	body, uid, err := syntheticReview(t.ReviewVersions, requester)
 	if err != nil {
 		return nil, "", err
 	}
@@ -332,7 +336,7 @@ func newRequest(ctx context.Context, t Target, target string) (*http.Request, ty
 // syntheticReview is a dry-run CREATE of a ConfigMap that exists nowhere: a
 // webhook must answer it without side effects (dryRun), and any well-formed
 // answer, allowed or denied, proves the admission path works.
-func syntheticReview(versions []string) ([]byte, types.UID, error) {
+func syntheticReview(versions []string, requester string) ([]byte, types.UID, error) {
 	version := "v1"
 	if len(versions) > 0 && !slices.Contains(versions, "v1") {
 		if !slices.Contains(versions, "v1beta1") {
@@ -353,7 +357,7 @@ func syntheticReview(versions []string) ([]byte, types.UID, error) {
 			Name:      "tripswitch-probe",
 			Namespace: "tripswitch-probe",
 			Operation: admissionv1.Create,
-			UserInfo:  authenticationv1.UserInfo{Username: "system:serviceaccount:tripswitch-system:tripswitch"},
+			UserInfo:  authenticationv1.UserInfo{Username: requester},
 			Object:    runtime.RawExtension{Raw: obj},
 			DryRun:    new(true),
 		},

@@ -321,3 +321,31 @@ func TestEndpointModeShowsPartialOutages(t *testing.T) {
 	unresolved.EndpointsErr = `get Service team/hook: services "hook" not found`
 	want(t, p.Probe(t.Context(), unresolved), probe.Unknown, "not found")
 }
+
+// The synthetic review names the user the controller runs as, whatever
+// namespace it was installed into: a webhook that allows or denies by
+// requester judges the user that really asks.
+func TestAdmissionReviewNamesTheRequester(t *testing.T) {
+	const requester = "system:serviceaccount:platform-guards:tripswitch-controller"
+	got := make(chan string, 1)
+	s := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "want an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		select {
+		case got <- review.Request.UserInfo.Username:
+		default:
+		}
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	}), "127.0.0.1")
+	tgt := urlTarget(s, "/mutate")
+	tgt.Kind = v1alpha1.ProbeAdmissionReview
+	want(t, (&probe.HTTPProber{Requester: requester}).Probe(t.Context(), tgt), probe.Healthy, "AdmissionReview answered")
+	if u := <-got; u != requester {
+		t.Fatalf("the review named %q, want %q", u, requester)
+	}
+}

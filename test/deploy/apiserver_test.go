@@ -271,6 +271,14 @@ func TestInstalledPermissions(t *testing.T) {
 				t.Errorf("%s as the ServiceAccount: %v, want Forbidden", what, err)
 			}
 		}
+		// Leader election records core/v1 events about its Lease in the
+		// controller's namespace: a correct install logs no forbidden event.
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "tripswitch.leader"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: namespace, Name: "tripswitch.dev", APIVersion: "coordination.k8s.io/v1"},
+			Reason: "LeaderElection", Message: "became leader", Type: corev1.EventTypeNormal}
+		if err := in.sa.Create(ctx, ev); err != nil {
+			t.Errorf("the leader-election event in %s as the ServiceAccount: %v", namespace, err)
+		}
 		// Watching the approved configuration by name is allowed.
 		var list admissionregistrationv1.MutatingWebhookConfigurationList
 		if err := in.sa.List(ctx, &list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", approvedMutating)}); err != nil || len(list.Items) != 1 {

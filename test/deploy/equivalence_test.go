@@ -152,3 +152,43 @@ func TestKustomizeComponents(t *testing.T) {
 		}
 	}
 }
+
+// Installed into a namespace of another name (helm --namespace), every
+// namespaced object, every binding's ServiceAccount and the admission
+// guard's user follow it: nothing names tripswitch-system.
+func TestChartInAnyNamespace(t *testing.T) {
+	const ns = "platform-guards"
+	objs := helmTemplateIn(t, ns, map[string]any{
+		"approvedWebhookConfigurations": map[string]any{"mutating": []any{"a"}},
+		"apiServerSignal":               map[string]any{"enabled": true},
+		"audit": map[string]any{"enabled": true, "resources": []any{
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}},
+		}},
+	})
+	for _, o := range objs {
+		// Events about cluster-scoped breakers may only live in "default":
+		// that Role and its binding stay there (config/events-rbac).
+		eventsRBAC := o.GetName() == "tripswitch-events" && o.GetNamespace() == "default"
+		if o.GetNamespace() != "" && o.GetNamespace() != ns && !eventsRBAC {
+			t.Errorf("%s %s in namespace %s, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m := s.(map[string]any); m["kind"] == "ServiceAccount" && m["namespace"] != ns {
+				t.Errorf("%s %s binds a ServiceAccount in %v, want %s", o.GetKind(), o.GetName(), m["namespace"], ns)
+			}
+		}
+		if data, err := o.MarshalJSON(); err == nil && strings.Contains(string(data), "tripswitch-system") {
+			t.Errorf("%s %s still names tripswitch-system", o.GetKind(), o.GetName())
+		}
+	}
+	guard := false
+	for _, o := range objs {
+		if data, _ := o.MarshalJSON(); o.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(string(data), "system:serviceaccount:"+ns+":") {
+			guard = true
+		}
+	}
+	if !guard {
+		t.Error("the admission guard does not name the ServiceAccount in " + ns)
+	}
+}

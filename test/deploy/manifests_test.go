@@ -64,6 +64,12 @@ func kustomizeBuild(t testing.TB, dir string) []*unstructured.Unstructured {
 // --include-crds` does, for a release named tripswitch in namespace.
 func helmTemplate(t testing.TB, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
+	return helmTemplateIn(t, namespace, values)
+}
+
+// helmTemplateIn renders the chart for a release in namespace ns.
+func helmTemplateIn(t testing.TB, ns string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
 	chrt, err := loader.Load(repoPath(t, "charts", "tripswitch"))
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -74,7 +80,7 @@ func helmTemplate(t testing.TB, values map[string]any) []*unstructured.Unstructu
 	install := action.NewInstall(cfg)
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName = "tripswitch"
-	install.Namespace = namespace
+	install.Namespace = ns
 	install.Replace = true
 	install.IncludeCRDs = true
 	install.KubeVersion = &common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
