@@ -275,7 +275,7 @@ func TestInstalledPermissions(t *testing.T) {
 		// controller's namespace: a correct install logs no forbidden event.
 		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "tripswitch.leader"},
 			InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: namespace, Name: "tripswitch.dev", APIVersion: "coordination.k8s.io/v1"},
-			Reason: "LeaderElection", Message: "became leader", Type: corev1.EventTypeNormal}
+			Reason:         "LeaderElection", Message: "became leader", Type: corev1.EventTypeNormal}
 		if err := in.sa.Create(ctx, ev); err != nil {
 			t.Errorf("the leader-election event in %s as the ServiceAccount: %v", namespace, err)
 		}
