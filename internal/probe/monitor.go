@@ -45,6 +45,7 @@ type loop struct {
 	settings Settings
 	obs      Observation
 	cancel   context.CancelFunc // nil until running
+	done     chan struct{}      // closed when the running goroutine has exited
 }
 
 // NewMonitor returns a monitor using prober. notify is called after every
@@ -99,15 +100,23 @@ func (m *Monitor) Ensure(key string, s Settings) {
 	l.settings = s
 }
 
-// Stop stops probing key and forgets its observation.
+// Stop stops probing key and forgets its observation. When it returns, key's
+// loop has exited: no probe of key runs or starts afterwards, and the result
+// of one that was in flight (cancelled through its context) is never
+// recorded or delivered.
 func (m *Monitor) Stop(key string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	var done chan struct{}
 	if l, ok := m.loops[key]; ok {
 		if l.cancel != nil {
 			l.cancel()
+			done = l.done
 		}
 		delete(m.loops, key)
+	}
+	m.mu.Unlock()
+	if done != nil {
+		<-done
 	}
 }
 
@@ -129,7 +138,11 @@ func (m *Monitor) run(key string, l *loop) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	l.cancel = cancel
-	go m.probeLoop(ctx, key, l, l.settings.Interval)
+	l.done = make(chan struct{})
+	go func(done chan struct{}, interval time.Duration) {
+		defer close(done)
+		m.probeLoop(ctx, key, l, interval)
+	}(l.done, l.settings.Interval)
 }
 
 func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval time.Duration) {
@@ -141,6 +154,10 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 	defer ticker.Stop()
 	for {
 		m.mu.Lock()
+		if ctx.Err() != nil { // stopped while waiting for the tick
+			m.mu.Unlock()
+			return
+		}
 		s := l.settings
 		m.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, s.Target.Timeout)

@@ -89,6 +89,8 @@ func TestMonitorCountsConsecutiveResultsAndSaturates(t *testing.T) {
 	}
 }
 
+// Stop's promise: when it returns, the key's loop has exited, so no probe
+// starts afterwards however the clock moves.
 func TestMonitorStopEndsProbing(t *testing.T) {
 	p := &script{status: probe.Healthy}
 	h := start(t, p)
@@ -101,10 +103,52 @@ func TestMonitorStopEndsProbing(t *testing.T) {
 	before := p.calls.Load()
 	for range 20 {
 		h.clk.Step(time.Second)
-		time.Sleep(time.Millisecond)
 	}
 	if after := p.calls.Load(); after != before {
-		t.Fatalf("prober called %d more times after Stop", after-before)
+		t.Fatalf("prober called %d more times after Stop returned", after-before)
+	}
+}
+
+// blocking is a prober that holds each probe until its context ends.
+type blocking struct {
+	started  chan struct{}
+	returned atomic.Int32
+}
+
+func (b *blocking) Probe(ctx context.Context, _ probe.Target) probe.Result {
+	b.started <- struct{}{}
+	<-ctx.Done()
+	b.returned.Add(1)
+	return probe.Result{Status: probe.Healthy, Reason: "late"}
+}
+
+// Stop during a probe cancels it, returns only once it has returned, and
+// its late result is never delivered.
+func TestMonitorStopDuringAProbe(t *testing.T) {
+	p := &blocking{started: make(chan struct{}, 1)}
+	h := start(t, p)
+	long := settings
+	long.Target.Timeout = time.Hour // only Stop can end the probe
+	h.mon.Ensure("b", long)
+	deadline := time.After(20 * time.Second)
+	for waiting := true; waiting; {
+		h.clk.Step(time.Second)
+		select {
+		case <-p.started:
+			waiting = false
+		case <-time.After(time.Millisecond):
+		case <-deadline:
+			t.Fatal("no probe started")
+		}
+	}
+	h.mon.Stop("b")
+	if p.returned.Load() != 1 {
+		t.Fatal("Stop returned while its probe was still running")
+	}
+	select {
+	case key := <-h.probed:
+		t.Fatalf("the stopped probe's result was delivered for %q", key)
+	default:
 	}
 }
 
