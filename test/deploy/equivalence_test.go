@@ -192,3 +192,31 @@ func TestChartInAnyNamespace(t *testing.T) {
 		t.Error("the admission guard does not name the ServiceAccount in " + ns)
 	}
 }
+
+// A mistake in the values is named by the chart's schema, not a raw
+// unmarshal error; the NOTES say how to approve a first webhook and how to
+// uninstall safely.
+func TestChartValuesSchemaAndNotes(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": "sidecar-injector"}}, "/approvedWebhookConfigurations/mutating': got string, want array"},
+		{map[string]any{"replicas": 0}, "replicas"},
+		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
+		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},
+		{map[string]any{"apiserverSignal": map[string]any{"enabled": true}}, "apiserverSignal"},
+		{map[string]any{"breakers": map[string]any{"a": map[string]any{"target": map[string]any{"kind": "Deployment", "configurationName": "a", "webhookName": "w"}}}}, "/breakers/a/target/kind"},
+	} {
+		err := helmTemplateErr(t, namespace, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("values %v: %v, want a schema error naming %s", tc.values, err, tc.want)
+		}
+	}
+	notes := helmNotes(t, map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"sidecar-injector"}}})
+	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "kubectl delete webhookcircuitbreakers --all --wait", "tripswitch restore --all"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+}

@@ -70,6 +70,32 @@ func helmTemplate(t testing.TB, values map[string]any) []*unstructured.Unstructu
 // helmTemplateIn renders the chart for a release in namespace ns.
 func helmTemplateIn(t testing.TB, ns string, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
+	acc, err := helmRender(t, ns, values)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	return decode(t, []byte(acc.Manifest()))
+}
+
+// helmTemplateErr renders the chart and returns only its error.
+func helmTemplateErr(t testing.TB, ns string, values map[string]any) error {
+	t.Helper()
+	_, err := helmRender(t, ns, values)
+	return err
+}
+
+// helmNotes renders the chart and returns its NOTES.
+func helmNotes(t testing.TB, values map[string]any) string {
+	t.Helper()
+	acc, err := helmRender(t, namespace, values)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	return acc.Notes()
+}
+
+func helmRender(t testing.TB, ns string, values map[string]any) (release.Accessor, error) {
+	t.Helper()
 	chrt, err := loader.Load(repoPath(t, "charts", "tripswitch"))
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -86,13 +112,9 @@ func helmTemplateIn(t testing.TB, ns string, values map[string]any) []*unstructu
 	install.KubeVersion = &common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
 	rel, err := install.Run(chrt, values)
 	if err != nil {
-		t.Fatalf("helm template: %v", err)
+		return nil, err
 	}
-	acc, err := release.NewAccessor(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return decode(t, []byte(acc.Manifest()))
+	return release.NewAccessor(rel)
 }
 
 func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
