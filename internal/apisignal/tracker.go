@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -35,7 +36,15 @@ type Status struct {
 	Calls, Failures int64
 	// Message explains the status (or why there is none).
 	Message string
+	// Unreadable: the last read of the API server's metrics failed, so the
+	// signal is blind; Message says why and, when it is a permission, which.
+	Unreadable bool
 }
+
+// forbiddenHint names what a 403 on /metrics is missing and where each way
+// of installing grants it.
+const forbiddenHint = "tripswitch may not read the API server's /metrics: grant get on the non-resource URL /metrics " +
+	"(Helm: --set apiServerSignal.enabled=true; kustomize: add the component config/apiserver-signal)"
 
 // Source reads the API server's metrics.
 type Source func(ctx context.Context) ([]byte, error)
@@ -152,9 +161,14 @@ func (t *Tracker) Scrape(ctx context.Context) {
 	t.mu.Lock()
 	for _, tr := range t.tracked {
 		if err != nil {
+			tr.status.Unreadable = true
 			tr.status.Message = fmt.Sprintf("cannot read the API server's metrics: %v", err)
+			if apierrors.IsForbidden(err) {
+				tr.status.Message = forbiddenHint
+			}
 			continue
 		}
+		tr.status.Unreadable = false
 		// A webhook the API server has not called yet has no series: its
 		// counters are zero, and the first calls count from there.
 		c, ok := counts[tr.settings.Webhook]

@@ -138,7 +138,7 @@ func (a *Auditor) Audit(ctx context.Context, wh Webhook, w Window) (*Report, err
 		})
 		if err != nil {
 			if apierrors.IsForbidden(err) {
-				return nil, fmt.Errorf("list %s: %w (grant the audit role read access to it)", res.GroupResource(), err)
+				return nil, fmt.Errorf("list %s: %w (the audit needs get and list on %s: Helm --set audit.enabled=true with it in audit.resources; kustomize: the component config/audit with it added to its ClusterRole)", res.GroupResource(), err, res.GroupResource())
 			}
 			return nil, fmt.Errorf("list %s: %w", res.GroupResource(), err)
 		}

@@ -149,6 +149,11 @@ func TestAuditWithoutReadAccess(t *testing.T) {
 	if got == nil || got.Result != controller.AuditFailed || !strings.Contains(got.Message, "audit not possible") || !strings.Contains(got.Message, "forbidden") {
 		t.Fatalf("audit %+v, want Failed saying it was forbidden", got)
 	}
+	for _, want := range []string{"get and list on", "audit.resources", "config/audit"} {
+		if !strings.Contains(got.Message, want) {
+			t.Errorf("audit message %q does not name %q", got.Message, want)
+		}
+	}
 	if e := <-rec.Events; !strings.HasPrefix(e, "Warning AuditFailed") {
 		t.Fatalf("event %q", e)
 	}

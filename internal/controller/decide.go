@@ -58,6 +58,8 @@ const (
 	ReasonReconciled         = "Reconciled"
 	ReasonProbeUnsupported   = "ProbeUnsupported"
 	ReasonProbeSupported     = "ProbeSupported"
+	ReasonSignalReading      = "Reading"
+	ReasonSignalUnreadable   = "Unreadable"
 	ReasonNoExternalChange   = "NoExternalChange"
 	ReasonCircuitOpen        = "CircuitOpen"
 	ReasonCircuitClosed      = "CircuitClosed"

@@ -8,12 +8,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
@@ -98,5 +100,43 @@ func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) {
 	got = b.getBreaker(name)
 	if got.Status.State != v1alpha1.StateClosed || got.Status.APIServer == nil || got.Status.APIServer.Failing {
 		t.Fatalf("state %s apiServer %+v: want Closed with the signal clear", got.Status.State, got.Status.APIServer)
+	}
+}
+
+// Without the signal's permission the status says what to grant and where,
+// in a condition of its own; the rest of the breaker stays Ready.
+func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
+	b := newBed(t)
+	b.createConfig(nil)
+	name := b.cfg
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+	})
+	cfg, err := controlPlane(t).UserConfig("no-metrics-access")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
+	r := b.reconciler(b.c)
+	r.Signals = tracker
+	b.settle(r, name)
+	tracker.Scrape(b.ctx)
+	b.settle(r, name)
+	got := b.getBreaker(name)
+	c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionAPIServerSignal)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != controller.ReasonSignalUnreadable {
+		t.Fatalf("condition %+v, want APIServerSignal False (Unreadable)", c)
+	}
+	for _, want := range []string{"/metrics", "apiServerSignal.enabled=true", "config/apiserver-signal"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q does not name %q", c.Message, want)
+		}
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v: the probes still work, the breaker can still act", ready)
 	}
 }

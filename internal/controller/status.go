@@ -18,6 +18,10 @@ const (
 	ConditionTargetFound      = "TargetFound"
 	ConditionExternalChange   = "ExternalChange"
 	ConditionProbeUnsupported = "ProbeUnsupported"
+	// ConditionAPIServerSignal is True while the API server signal reads the
+	// API server's metrics, False when it cannot (the signal is degraded:
+	// only the probes can open the circuit); absent without the signal.
+	ConditionAPIServerSignal = "APIServerSignal"
 )
 
 // maxHistory bounds status.history (the CRD enforces the same).
@@ -169,6 +173,14 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		set(ConditionExternalChange, true, d.Reason, d.Message)
 	} else if s.DisarmedReason == "" {
 		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
+	}
+	switch sig := obs.signal; {
+	case sig == nil:
+		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
+	case sig.Unreadable:
+		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
+	default:
+		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
 	}
 	if in.ProbeUnknown {
 		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
