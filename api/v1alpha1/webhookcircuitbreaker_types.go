@@ -363,10 +363,13 @@ type OpenWindow struct {
 // ProbeStatus is the prober's recent view of the webhook. Counts saturate at
 // their thresholds so that a steady state does not rewrite the status.
 type ProbeStatus struct {
-	// ConsecutiveFailures counts failed probes in a row, up to failureThreshold.
+	// ConsecutiveFailures counts failed probes in a row, up to failureThreshold:
+	// it stops there (the decision is made) and stays at the threshold for the
+	// rest of an outage; lastResult and lastReason keep changing.
 	// +optional
 	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
-	// ConsecutiveSuccesses counts healthy probes in a row, up to successThreshold.
+	// ConsecutiveSuccesses counts healthy probes in a row, up to
+	// successThreshold, where it stops in the same way.
 	// +optional
 	ConsecutiveSuccesses int32 `json:"consecutiveSuccesses,omitempty"`
 	// LastResult is Healthy, Unhealthy or Unknown.
@@ -429,8 +432,8 @@ type WebhookCircuitBreakerStatus struct {
 	// probes' view in probe. Which signal opened a circuit is in the
 	// CircuitOpen condition's message and the window's reason ("3
 	// consecutive failed probes ..." or "the API server's calls to the
-	// webhook failed at ..."), and in the transition event's reason
-	// (WebhookUnhealthy or APIServerFailing).
+	// webhook failed at ..."), and in the CircuitOpened event, whose message
+	// begins with WebhookUnhealthy or APIServerFailing.
 	// +optional
 	APIServer *APIServerSignalStatus `json:"apiServer,omitempty"`
 	// History lists the most recent open windows, newest last.

@@ -56,7 +56,8 @@ func FromValidating(configuration string, w admissionregistrationv1.ValidatingWe
 
 // Window is when the circuit was open.
 type Window struct {
-	From, To time.Time
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // Verdict is what the recovered webhook says of one object.

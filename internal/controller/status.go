@@ -182,9 +182,12 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	default:
 		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
 	}
-	if in.ProbeUnknown {
+	switch {
+	case !in.TargetFound:
+		set(ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
+	case in.ProbeUnknown:
 		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
-	} else {
+	default:
 		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
 	}
 	switch {

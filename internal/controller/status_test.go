@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,8 +85,13 @@ func TestComputeStatus(t *testing.T) {
 			if s.Target != "sidecar-injector/w.tripswitch.test" {
 				t.Fatalf("target column %q", s.Target)
 			}
-			if probeCond := meta.FindStatusCondition(s.Conditions, ConditionProbeUnsupported); (probeCond.Status == metav1.ConditionTrue) != tc.in.ProbeUnknown {
+			probeCond := meta.FindStatusCondition(s.Conditions, ConditionProbeUnsupported)
+			if (probeCond.Status == metav1.ConditionTrue) != tc.in.ProbeUnknown {
 				t.Fatalf("ProbeUnsupported %+v with ProbeUnknown %v", probeCond, tc.in.ProbeUnknown)
+			}
+			// A missing target has nothing to probe; it never "can be probed".
+			if !tc.in.TargetFound && (probeCond.Reason != ReasonTargetNotFound || strings.Contains(probeCond.Message, "can be probed")) {
+				t.Fatalf("missing target: ProbeUnsupported %+v", probeCond)
 			}
 		})
 	}
