@@ -149,11 +149,18 @@ func (p *HTTPProber) probeEndpoints(ctx context.Context, t Target, ep endpoint) 
 	return r
 }
 
+// connectTimeout bounds a connection's dial and its TLS handshake. net/http
+// finishes a dial in the background after the probe that started it gave up
+// (the next request may use the connection), so without a bound a webhook
+// that accepts TCP and never completes TLS would hold that dial for ever.
+// It is the longest probe timeout the API allows.
+const connectTimeout = 30 * time.Second
+
 func (p *HTTPProber) dial() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if p.DialContext != nil {
 		return p.DialContext
 	}
-	return (&net.Dialer{}).DialContext
+	return (&net.Dialer{Timeout: connectTimeout}).DialContext
 }
 
 func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result {
@@ -230,6 +237,12 @@ func (p *HTTPProber) transport(ep endpoint) *http.Transport {
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
 		Proxy:               nil,
 		MaxIdleConnsPerHost: 1,
+		// One connection per destination, dialing or open: a probe that finds
+		// the last one's dial still hanging waits for it (and times out on its
+		// own deadline) instead of opening another, so a hung webhook costs one
+		// connection however long it hangs.
+		MaxConnsPerHost:     1,
+		TLSHandshakeTimeout: connectTimeout,
 		IdleConnTimeout:     30 * time.Second,
 	}
 	if p.entries.Add(1) > maxTransports {

@@ -10,7 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,5 +350,55 @@ func TestAdmissionReviewNamesTheRequester(t *testing.T) {
 	want(t, (&probe.HTTPProber{Requester: requester}).Probe(t.Context(), tgt), probe.Healthy, "AdmissionReview answered")
 	if u := <-got; u != requester {
 		t.Fatalf("the review named %q, want %q", u, requester)
+	}
+}
+
+// A webhook that accepts TCP and never completes the TLS handshake fails its
+// probes (timeouts), and however many probes time out against it, they hold
+// a bounded number of connections and goroutines: a dial abandoned by one
+// probe is reused by the next rather than joined by another.
+func TestHungHandshakeCostsBoundedConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			held = append(held, c) // never read, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	u := "https://" + ln.Addr().String() + "/mutate"
+	tgt := probe.Target{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &u}, Timeout: 50 * time.Millisecond, HealthPath: "/healthz"}
+	p := &probe.HTTPProber{}
+	before := runtime.NumGoroutine()
+	const probes = 40
+	for range probes {
+		if r := p.Probe(t.Context(), tgt); r.Status != probe.Unhealthy {
+			t.Fatalf("a hung handshake: %s %q, want Unhealthy", r.Status, r.Reason)
+		}
+	}
+	if n := accepted.Load(); n > 2 {
+		t.Fatalf("%d probes opened %d connections to a webhook that never finishes TLS; want at most 2", probes, n)
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 10 {
+		t.Fatalf("%d probes left %d more goroutines", probes, grown)
 	}
 }
