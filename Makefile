@@ -11,9 +11,17 @@ LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate e
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
-.PHONY: all tools test lint generate verify build demo run bench
+.PHONY: all help tools test test-short test-e2e lint generate verify build demo run bench
+
+# The end-to-end packages: the controller as a process, Helm and kustomize
+# installs, failover. They take most of `make test`'s time.
+E2E_PACKAGES := ./test/e2e/... ./test/deploy/...
 
 all: lint test
+
+## help: list the targets, one line each
+help:
+	@grep -E '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
 ## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
 tools:
@@ -24,6 +32,15 @@ test: tools
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 	@echo "== module breaker, without the race detector (its timings and 10,000-goroutine tests)"; cd breaker && go test $(GO_TEST_FLAGS) ./...
+
+## test-short: the inner loop: every module's tests except the end-to-end packages (test/e2e, test/deploy)
+test-short: tools
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/deploy)
+	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
+
+## test-e2e: only the end-to-end packages, against the real API server
+test-e2e: tools
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $(E2E_PACKAGES)
 
 ## lint: gofmt, go vet and staticcheck
 lint:
