@@ -65,6 +65,15 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 			t.Errorf("no %q event among %q", want, seen)
 		}
 	}
+	disarmed := 0
+	for _, e := range seen {
+		if strings.HasPrefix(e, "Warning "+controller.ReasonDisarmed+" ") {
+			disarmed++
+		}
+	}
+	if disarmed != 1 {
+		t.Errorf("%d Disarmed events for one disarm, want 1: %q", disarmed, seen)
+	}
 	cfg := b.getConfig()
 	if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Fail || hasRecord(cfg) {
 		t.Fatalf("after the administrator's Fail: policy %s, record %v", *hookOf(t, cfg, target).FailurePolicy, hasRecord(cfg))

@@ -424,15 +424,18 @@ func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotByp
 // emitConditionEvents reports refusals and findings once, when their condition
 // first turns up, not on every reconcile.
 func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported} {
+	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue
 		}
 		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound)
+		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal)
 		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
 			continue
+		}
+		if c.Reason == ReasonDisarmed {
+			continue // the Disarmed event below says it once
 		}
 		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
 	}
