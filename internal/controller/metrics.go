@@ -73,6 +73,25 @@ func (m *Metrics) setOpen(breaker string, open bool) {
 		v = 1
 	}
 	m.open.WithLabelValues(breaker).Set(v)
+	m.initialise(breaker)
+}
+
+// initialise creates, at zero, the counter series that the shipped alerts
+// and dashboard read, so that a breaker's first opening, external change or
+// failed probe is an increase from 0 rather than a series that appears at 1
+// (which increase() and rate() cannot see).
+func (m *Metrics) initialise(breaker string) {
+	for _, wr := range [][2]string{
+		{string(WriteOpen), ReasonWebhookUnhealthy}, {string(WriteOpen), ReasonAPIServerFailing},
+		{string(WriteClose), ReasonWebhookRecovered}, {string(WriteDrop), ReasonExternalChange},
+	} {
+		m.transitions.WithLabelValues(breaker, wr[0], wr[1])
+	}
+	for _, s := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown} {
+		m.probes.WithLabelValues(breaker, string(s))
+	}
+	m.openSeconds.WithLabelValues(breaker)
+	m.conflicts.WithLabelValues(breaker)
 }
 
 func (m *Metrics) transition(breaker string, w Write, reason string, openFor time.Duration) {
