@@ -188,9 +188,10 @@ func resultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditRe
 	return res
 }
 
-// record writes the result into the window that opened at openedAt.
+// record writes the result into the window that opened at openedAt. A
+// breaker deleted meanwhile is the routine end of an audit, not an error.
 func (a *AuditRunner) record(ctx context.Context, name string, openedAt metav1.Time, result *v1alpha1.AuditResult) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var b v1alpha1.WebhookCircuitBreaker
 		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
 			return err
@@ -198,14 +199,12 @@ func (a *AuditRunner) record(ctx context.Context, name string, openedAt metav1.T
 		for i := range b.Status.History {
 			if b.Status.History[i].OpenedAt.Equal(&openedAt) {
 				b.Status.History[i].Audit = result
-				if err := a.Client.Status().Update(ctx, &b); err != nil {
-					return err
-				}
-				return nil
+				return a.Client.Status().Update(ctx, &b)
 			}
 		}
 		return nil // the window left the history meanwhile
 	})
+	return client.IgnoreNotFound(err)
 }
 
 func (a *AuditRunner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, r *audit.Report) {

@@ -1,8 +1,10 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
@@ -189,5 +192,49 @@ func createEventually(t *testing.T, b *bed, o *corev1.ConfigMap) {
 			t.Fatalf("create %s while the circuit is open: %v", o.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// deletingReader deletes the breaker the first time the audit reads its
+// webhook configuration: the breaker goes while its audit runs.
+type deletingReader struct {
+	client.Reader
+	del  func()
+	once sync.Once
+}
+
+func (r *deletingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*admissionregistrationv1.MutatingWebhookConfiguration); ok {
+		r.once.Do(r.del)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A breaker deleted while its audit runs is the routine end of the audit:
+// no error (which the runner would log with a stack trace).
+func TestAuditOfADeletedBreakerIsNoError(t *testing.T) {
+	b := newBed(t)
+	b.createConfig(nil)
+	name := b.cfg
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true, MaxObjects: 10, QPS: 10}
+	})
+	r := b.reconciler(b.c)
+	b.settle(r, name)
+	b.drive(r, name, probe.Unhealthy)
+	b.drive(r, name, probe.Healthy)
+	reader := &deletingReader{Reader: b.c, del: func() {
+		wcb := b.getBreaker(name)
+		wcb.Finalizers = nil
+		if err := b.c.Update(b.ctx, wcb); err != nil {
+			t.Error(err)
+		}
+		if err := b.c.Delete(b.ctx, wcb); err != nil {
+			t.Error(err)
+		}
+	}}
+	runner := &controller.AuditRunner{Client: b.c, Reader: reader, Config: controlPlane(t).Config, Reviewer: &probe.HTTPProber{}, Clock: b.clock}
+	if err := runner.AuditPending(b.ctx, name); err != nil {
+		t.Fatalf("audit of a breaker deleted meanwhile: %v, want no error", err)
 	}
 }
