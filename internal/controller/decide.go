@@ -58,6 +58,7 @@ const (
 	ReasonReconciled         = "Reconciled"
 	ReasonProbeUnsupported   = "ProbeUnsupported"
 	ReasonProbeSupported     = "ProbeSupported"
+	ReasonNotApproved        = "NotApproved"
 	ReasonSignalReading      = "Reading"
 	ReasonSignalUnreadable   = "Unreadable"
 	ReasonNoExternalChange   = "NoExternalChange"
@@ -111,6 +112,12 @@ type Input struct {
 	APIServerReason  string
 	// Disarmed: a human overrode tripswitch during this outage.
 	Disarmed bool
+	// NotApproved, when set, says that tripswitch may not read the target
+	// (RBAC does not approve the configuration) and what to change.
+	NotApproved string
+	// EverRead: tripswitch read this breaker's target at some point (the
+	// status has its UID), so it may have written to it.
+	EverRead bool
 }
 
 // Decision is what to do, and why. The status is computed from its fields,
@@ -144,6 +151,7 @@ type Decision struct {
 // observed state, with no I/O and no clock. The first check that applies wins.
 func Decide(in Input) Decision {
 	for _, check := range []func(Input) (Decision, bool){
+		checkApproved,
 		checkRecordReadable,
 		checkRecordOwner,
 		checkTargetFound,
@@ -167,6 +175,24 @@ func Decide(in Input) Decision {
 	default:
 		return decideAuto(in)
 	}
+}
+
+// checkApproved: tripswitch may not read the target. It cannot act, and a
+// breaker whose target it never read holds nothing, so it may be deleted.
+func checkApproved(in Input) (Decision, bool) {
+	switch {
+	case in.NotApproved == "":
+		return Decision{}, false
+	case in.Deleting && !in.EverRead:
+		return Decision{Reason: ReasonNotApproved, ReleaseFinalizer: true,
+			Message: "tripswitch was never allowed to read the target, so it changed nothing on it; the breaker is released"}, true
+	case in.Deleting:
+		return Decision{Reason: ReasonNotApproved, Blocked: true, Message: in.NotApproved +
+			". tripswitch read this configuration before and may still hold a change on it, so the breaker waits: approve the configuration again " +
+			"and tripswitch restores the webhook and releases it, or restore it yourself with `tripswitch restore` and then remove the finalizer " +
+			"(kubectl patch wcb NAME --type=merge -p '{\"metadata\":{\"finalizers\":null}}')"}, true
+	}
+	return Decision{Reason: ReasonNotApproved, Blocked: true, Message: in.NotApproved}, true
 }
 
 func checkRecordReadable(in Input) (Decision, bool) {

@@ -93,10 +93,11 @@ type SignalSource interface {
 
 // observed is what one reconcile read.
 type observed struct {
-	cfg    *circuit.Configuration // nil when the configuration is missing
-	state  circuit.State
-	health probe.Observation
-	signal *apisignal.Status // nil: the API server signal is off
+	cfg         *circuit.Configuration // nil when the configuration is missing
+	notApproved string                 // tripswitch may not read it: what to change
+	state       circuit.State
+	health      probe.Observation
+	signal      *apisignal.Status // nil: the API server signal is off
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -124,16 +125,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
+	obs, err := r.observe(ctx, &b, deleting)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// The finalizer goes on once tripswitch may read the target, which is
+	// before it can write to it: a breaker it may not read holds nothing, and
+	// deleting it needs no controller.
+	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) && obs.notApproved == "" {
 		if err := r.patchFinalizer(ctx, &b, true); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was added; retrying", err)
 		}
 		return ctrl.Result{}, nil
-	}
-
-	obs, err := r.observe(ctx, &b, deleting)
-	if err != nil {
-		return ctrl.Result{}, err
 	}
 	in := r.input(&b, obs, deleting)
 	d := Decide(in)
@@ -189,6 +192,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
+// notApprovedMessage says how to approve t's configuration, for each way of
+// installing tripswitch.
+func notApprovedMessage(t v1alpha1.Target) string {
+	key := "mutating"
+	if t.Kind == v1alpha1.ValidatingWebhookConfiguration {
+		key = "validating"
+	}
+	return fmt.Sprintf("tripswitch may not read %s %s: RBAC does not approve it. Approve it with Helm "+
+		"(--set 'approvedWebhookConfigurations.%s={...,%s}') or, with kustomize, add %s to resourceNames in "+
+		"config/rbac/webhook_configurations.yaml", t.Kind, t.ConfigurationName, key, t.ConfigurationName, t.ConfigurationName)
+}
+
 // expectedRetry is how soon an expected race is retried.
 const expectedRetry = 100 * time.Millisecond
 
@@ -224,6 +239,11 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 			return obs, err
 		}
 		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
+		if apierrors.IsForbidden(err) {
+			obs.notApproved = notApprovedMessage(t)
+			obs.state = circuit.State{Index: -1}
+			return obs, nil
+		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return obs, fmt.Errorf("get %s %s: %w", t.Kind, t.ConfigurationName, err)
 		}
@@ -310,6 +330,8 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 		APIServerFailing: obs.signal != nil && obs.signal.Failing,
 		ProbeReason:      obs.health.Last.Reason,
 		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
+		NotApproved:      obs.notApproved,
+		EverRead:         b.Status.TargetUID != "",
 	}
 	if in.Action == "" {
 		in.Action = v1alpha1.OpenActionIgnore

@@ -80,6 +80,24 @@ func probeSettings(b *v1alpha1.WebhookCircuitBreaker, w circuit.Webhook) probe.S
 	}
 }
 
+// notApprovedStatus is the status of a breaker whose target tripswitch may
+// not read: Unknown, not Ready, and what to change.
+func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, d Decision, obs observed, now metav1.Time) v1alpha1.WebhookCircuitBreakerStatus {
+	if s.State != v1alpha1.StateUnknown {
+		s.State = v1alpha1.StateUnknown
+		s.LastTransitionTime = &now
+	}
+	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
+	for _, c := range []metav1.Condition{
+		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: d.Message},
+		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: obs.notApproved},
+	} {
+		c.ObservedGeneration, c.LastTransitionTime = b.Generation, now
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+	return s
+}
+
 // computeStatus derives the next status from what was read, decided and
 // written. The webhook's record is the truth; the status only mirrors it.
 func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs observed, after circuit.State, writeErr error, now metav1.Time) v1alpha1.WebhookCircuitBreakerStatus {
@@ -94,6 +112,10 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	// The record lives and dies with the configuration: one that is gone, or
 	// was recreated (new UID), carries no record of ours.
 	switch {
+	case obs.notApproved != "":
+		// Unreadable, not gone: what the status last mirrored stays, since
+		// the change may still be on the webhook.
+		return notApprovedStatus(s, b, d, obs, now)
 	case obs.cfg == nil:
 		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, now)
 		s.Record = nil
@@ -159,9 +181,10 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
 	}
-	if in.TargetFound {
+	switch {
+	case in.TargetFound:
 		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
-	} else {
+	default:
 		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, obs))
 	}
 	if ours != nil {
