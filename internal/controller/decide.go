@@ -61,6 +61,7 @@ const (
 	ReasonNotApproved        = "NotApproved"
 	ReasonSignalReading      = "Reading"
 	ReasonSignalUnreadable   = "Unreadable"
+	ReasonSignalAmbiguous    = "Ambiguous"
 	ReasonNoExternalChange   = "NoExternalChange"
 	ReasonCircuitOpen        = "CircuitOpen"
 	ReasonCircuitClosed      = "CircuitClosed"

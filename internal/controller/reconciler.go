@@ -98,6 +98,9 @@ type observed struct {
 	state       circuit.State
 	health      probe.Observation
 	signal      *apisignal.Status // nil: the API server signal is off
+	// ambiguous, when set, says why the signal cannot be told apart from
+	// another webhook's: it may not open the circuit on its own.
+	ambiguous string
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -274,7 +277,30 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 	}
 	obs.health, _ = r.Health.Observe(b.Name)
 	obs.signal = r.observeSignal(b, obs, deleting)
+	if obs.signal != nil {
+		obs.ambiguous = r.signalAmbiguity(ctx, b)
+	}
 	return obs, nil
+}
+
+// signalAmbiguity reports another breaker that names a webhook of the same
+// name and type in another configuration: the API server's metrics key
+// webhooks by name and type only, so the two signals are one.
+func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
+	var list v1alpha1.WebhookCircuitBreakerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", b.Spec.Target.WebhookName, err)
+	}
+	t := b.Spec.Target
+	for _, o := range list.Items {
+		ot := o.Spec.Target
+		if o.Name != b.Name && ot.Kind == t.Kind && ot.WebhookName == t.WebhookName && ot.ConfigurationName != t.ConfigurationName {
+			return fmt.Sprintf("breaker %s names a webhook %s in %s %s too; the API server counts calls by webhook name and type, "+
+				"so the signal cannot tell the two apart and does not open this circuit on its own (the probes still do)",
+				o.Name, t.WebhookName, ot.Kind, ot.ConfigurationName)
+		}
+	}
+	return ""
 }
 
 // observeSignal keeps the API server signal of a breaker that enabled it.
@@ -327,7 +353,7 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 			LastReason: obs.health.Last.Reason,
 		},
 		ProbeUnknown:     obs.health.Last.Status == probe.Unknown,
-		APIServerFailing: obs.signal != nil && obs.signal.Failing,
+		APIServerFailing: obs.signal != nil && obs.signal.Failing && obs.ambiguous == "",
 		ProbeReason:      obs.health.Last.Reason,
 		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
 		NotApproved:      obs.notApproved,

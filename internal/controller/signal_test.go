@@ -26,7 +26,15 @@ import (
 // reason APIServerFailing, shown in the status next to the probes. Healthy
 // probes do not close it while the API server still saw failures in the
 // window; once the window has slid past them, they do.
-func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) {
+func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) { signalScenario(t, false) }
+
+// TestAmbiguousSignalDoesNotOpenAlone: another breaker names a webhook of
+// the same name and type in another configuration. The API server's metrics
+// cannot tell the two apart, so the same failures do not open the circuit
+// on the signal alone, and the status says why.
+func TestAmbiguousSignalDoesNotOpenAlone(t *testing.T) { signalScenario(t, true) }
+
+func signalScenario(t *testing.T, ambiguous bool) {
 	b := newBed(t)
 	hook, err := slowhook.Start()
 	if err != nil {
@@ -50,6 +58,9 @@ func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) {
 		wcb.Spec.OpenAction = v1alpha1.OpenActionBypass
 		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
 	})
+	if ambiguous {
+		b.createBreaker(name+"-twin", func(wcb *v1alpha1.WebhookCircuitBreaker) { wcb.Spec.Target.ConfigurationName = name + "-elsewhere" })
+	}
 	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +92,16 @@ func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) {
 	b.health.mu.Unlock()
 	b.settle(r, name)
 	got := b.getBreaker(name)
+	if ambiguous {
+		c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionAPIServerSignal)
+		if got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != controller.ReasonSignalAmbiguous || !strings.Contains(c.Message, name+"-twin") {
+			t.Fatalf("state %s, APIServerSignal %+v: want Closed and the ambiguity named", got.Status.State, c)
+		}
+		if a := got.Status.APIServer; a == nil || !a.Failing {
+			t.Fatalf("status.apiServer %+v: the failures are still shown", got.Status.APIServer)
+		}
+		return
+	}
 	if got.Status.State != v1alpha1.StateOpen || len(got.Status.History) != 1 || !strings.HasPrefix(got.Status.History[0].Reason, "the API server's calls to the webhook failed") {
 		t.Fatalf("state %s history %+v: want Open by the API server signal", got.Status.State, got.Status.History)
 	}

@@ -202,6 +202,8 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
 	case sig.Unreadable:
 		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
+	case obs.ambiguous != "":
+		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, obs.ambiguous)
 	default:
 		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
 	}
