@@ -55,7 +55,7 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	})
 	name := b.cfg
 	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
-		wcb.Spec.OpenAction = v1alpha1.OpenActionBypass
+		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
 		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
 	})
 	if ambiguous {
@@ -114,7 +114,7 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	if s := b.getBreaker(name).Status.State; s != v1alpha1.StateOpen {
 		t.Fatalf("closed with the API server signal still failing: %s", s)
 	}
-	// The window slides past the failures (Bypass: no new calls); it closes.
+	// The window slides past the failures (no creates, so no new calls); it closes.
 	b.clock.Step(31 * time.Second)
 	tracker.Scrape(b.ctx)
 	b.settle(r, name)

@@ -38,6 +38,10 @@ func TestAPIServerRejectsBadBreakers(t *testing.T) {
 		}, "probe.timeout (2s) must not exceed probe.interval (1s)"},
 		{"short interval with the default timeout", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Interval = dur(100 * time.Millisecond) },
 			"probe.timeout (250ms) must not exceed probe.interval (100ms); the timeout defaults to 250ms, so an interval under 250ms needs a timeout of its own, for example timeout: 100ms"},
+		{"Bypass with the API server signal", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.OpenAction = v1alpha1.OpenActionBypass
+			w.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+		}, "apiServerSignal cannot be used with openAction Bypass"},
 		{"relative health path", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.HealthPath = "healthz" }, "spec.probe.healthPath"},
 		{"empty webhook name", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = "" }, "spec.target.webhookName"},
 	}

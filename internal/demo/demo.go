@@ -165,7 +165,7 @@ func Execute(ctx context.Context, opts Options) ([]Run, error) {
 	for _, pass := range []struct {
 		action v1alpha1.OpenAction
 		signal bool
-	}{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionBypass, true}} {
+	}{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionIgnore, true}} {
 		run, err := e.run(ctx, pass.action, pass.signal)
 		name := runName(run)
 		if err != nil {
@@ -359,8 +359,9 @@ func (e *env) configure(ctx context.Context, action v1alpha1.OpenAction, signal 
 	wcb.Spec.OpenAction = action
 	wcb.Spec.APIServerSignal = nil
 	if signal {
-		// A short window, so that the circuit closes soon after recovery
-		// (Bypass stops the API server's calls; the failures must leave the window).
+		// A short window, so that the circuit closes soon after recovery (the
+		// failures of the open phase must leave the window). The signal goes
+		// with Ignore: Bypass would stop the very calls it counts.
 		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 10 * time.Second}, MinimumCalls: 4, FailureRateThreshold: 50}
 	}
 	if err := e.c.Patch(ctx, &wcb, client.MergeFrom(base)); err != nil {

@@ -49,6 +49,6 @@ func TestDemoScenarioAgainstControllerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(runs) != 3 || runs[0].Action != v1alpha1.OpenActionIgnore || runs[1].Action != v1alpha1.OpenActionBypass || !runs[2].Signal {
-		t.Fatalf("runs = %d, want Ignore, Bypass, then Bypass with the API server signal", len(runs))
+		t.Fatalf("runs = %d, want Ignore, Bypass, then Ignore with the API server signal", len(runs))
 	}
 }
