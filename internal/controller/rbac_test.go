@@ -25,44 +25,12 @@ import (
 // one approved name, and checks that any other configuration is out of reach.
 func TestGeneratedRoleSufficesWithResourceNames(t *testing.T) {
 	b := newBed(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &role); err != nil {
-		t.Fatal(err)
-	}
-	role.ObjectMeta = metav1.ObjectMeta{Name: b.cfg}
 	// What config/rbac/webhook_configurations.yaml and the Helm chart add
 	// for each approved configuration.
-	role.Rules = append(role.Rules, rbacv1.PolicyRule{
+	restricted := restrictedClient(t, b, rbacv1.PolicyRule{
 		APIGroups: []string{admissionregistrationv1.GroupName}, Resources: []string{"mutatingwebhookconfigurations"},
 		ResourceNames: []string{b.cfg}, Verbs: []string{"get", "list", "watch", "patch"},
 	})
-	user := "system:serviceaccount:tripswitch-system:" + b.cfg
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: b.cfg},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.cfg},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
-	}
-	for _, obj := range []client.Object{&role, binding} {
-		if err := b.c.Create(b.ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, err := controlPlane(t).UserConfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restricted, err := client.New(cfg, client.Options{Scheme: controlPlane(t).Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	orig := b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
@@ -88,8 +56,8 @@ func TestGeneratedRoleSufficesWithResourceNames(t *testing.T) {
 }
 
 // restrictedClient is a client for a controller user bound to the generated
-// role and nothing else: it approves no webhook configuration.
-func restrictedClient(t *testing.T, b *bed) client.Client {
+// role plus extra: without extra it approves no webhook configuration.
+func restrictedClient(t *testing.T, b *bed, extra ...rbacv1.PolicyRule) client.Client {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -104,6 +72,7 @@ func restrictedClient(t *testing.T, b *bed) client.Client {
 		t.Fatal(err)
 	}
 	role.ObjectMeta = metav1.ObjectMeta{Name: b.cfg}
+	role.Rules = append(role.Rules, extra...)
 	user := "system:serviceaccount:tripswitch-system:" + b.cfg
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: b.cfg},
