@@ -42,8 +42,13 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	}
 	t.Cleanup(func() { _ = hook.Close() })
 	label := map[string]string{"tripswitch.test/signal": b.cfg}
+	// A webhook name of its own: the API server's metrics, and so the
+	// signal's ambiguity check, key webhooks by name across configurations,
+	// and every other test's webhook is called target.tripswitch.test.
+	hookName := b.cfg + ".signal.tripswitch.test"
 	b.createConfig(func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
 		w := &cfg.Webhooks[1]
+		w.Name = hookName
 		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/mutate"), CABundle: hook.CABundle}
 		w.Rules = []admissionregistrationv1.RuleWithOperations{{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -55,11 +60,14 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	})
 	name := b.cfg
 	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.Target.WebhookName = hookName
 		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
 		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
 	})
 	if ambiguous {
-		b.createBreaker(name+"-twin", func(wcb *v1alpha1.WebhookCircuitBreaker) { wcb.Spec.Target.ConfigurationName = name + "-elsewhere" })
+		b.createBreaker(name+"-twin", func(wcb *v1alpha1.WebhookCircuitBreaker) {
+			wcb.Spec.Target.ConfigurationName, wcb.Spec.Target.WebhookName = name+"-elsewhere", hookName
+		})
 	}
 	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
 	if err != nil {
