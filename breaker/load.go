@@ -86,27 +86,13 @@ func (s Settings) config(c Config, prefix string) (Config, error) {
 		given[f] = present
 		return present
 	}
-	if set(fieldFailureRate, s.FailureRateThreshold != nil) {
-		c.FailureRateThreshold = *s.FailureRateThreshold
-	}
-	if set(fieldSlowRate, s.SlowCallRateThreshold != nil) {
-		c.SlowCallRateThreshold = *s.SlowCallRateThreshold
-	}
-	if set(fieldMinimumCalls, s.MinimumNumberOfCalls != nil) {
-		c.MinimumNumberOfCalls = *s.MinimumNumberOfCalls
-	}
-	if set(fieldWindowSize, s.SlidingWindowSize != nil) {
-		c.WindowSize = *s.SlidingWindowSize
-	}
-	if set(fieldHalfOpenCalls, s.PermittedNumberOfCallsInHalfOpenState != nil) {
-		c.PermittedNumberOfCallsInHalfOpenState = *s.PermittedNumberOfCallsInHalfOpenState
-	}
-	if set(fieldRecordDuration, s.RecordCallDurations != nil) {
-		c.RecordCallDurations = *s.RecordCallDurations
-	}
-	if set(fieldAutoHalfOpen, s.AutomaticTransitionFromOpenToHalfOpenEnabled != nil) {
-		c.AutomaticTransitionFromOpenToHalfOpen = *s.AutomaticTransitionFromOpenToHalfOpenEnabled
-	}
+	assign(given, fieldFailureRate, s.FailureRateThreshold, &c.FailureRateThreshold)
+	assign(given, fieldSlowRate, s.SlowCallRateThreshold, &c.SlowCallRateThreshold)
+	assign(given, fieldMinimumCalls, s.MinimumNumberOfCalls, &c.MinimumNumberOfCalls)
+	assign(given, fieldWindowSize, s.SlidingWindowSize, &c.WindowSize)
+	assign(given, fieldHalfOpenCalls, s.PermittedNumberOfCallsInHalfOpenState, &c.PermittedNumberOfCallsInHalfOpenState)
+	assign(given, fieldRecordDuration, s.RecordCallDurations, &c.RecordCallDurations)
+	assign(given, fieldAutoHalfOpen, s.AutomaticTransitionFromOpenToHalfOpenEnabled, &c.AutomaticTransitionFromOpenToHalfOpen)
 	for _, d := range []struct {
 		f   field
 		p   *string
@@ -137,6 +123,14 @@ func (s Settings) config(c Config, prefix string) (Config, error) {
 	}
 	keys := func(f field) string { return prefix + f.key }
 	return c, c.validate(keys, func(f field) bool { return given[f] })
+}
+
+// assign copies a setting that is present into dst and marks it given.
+func assign[T any](given map[field]bool, f field, p *T, dst *T) {
+	if p != nil {
+		given[f] = true
+		*dst = *p
+	}
 }
 
 // ApplyEnv overrides f.Enabled and f.Defaults from environment variables

@@ -2,7 +2,6 @@ package breaker_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -311,5 +310,4 @@ func realCountBasedHalfOpens(t *testing.T) {
 	}
 	p, _ := pollAllow(t, b)
 	p.Done(breaker.Success)
-	_ = fmt.Sprint(p)
 }

@@ -315,19 +315,26 @@ func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
 
 // TestHalfOpenTrialCompletesWhenTheBodyEnds: the trial call's success is
 // recorded when its body is read, which closes the circuit.
-func TestHalfOpenTrialCompletesWhenTheBodyEnds(t *testing.T) {
-	srv := newServer(t, statusHandler())
-	clk := newClock()
-	b := newBreaker(t, 2, clk)
-	c := client(t, &breakerhttp.Transport{Breaker: b, Base: base(t)})
+// openThenWait opens b with two 500s through c and moves past its open wait,
+// so that the next call is a HALF_OPEN trial.
+func openThenWait(t *testing.T, c *http.Client, url string, clk *manualclock.Clock) {
+	t.Helper()
 	for range 2 {
-		resp, err := c.Get(srv.URL + "/500")
+		resp, err := c.Get(url + "/500")
 		if err != nil {
 			t.Fatal(err)
 		}
 		breakerhttp.DrainClose(resp)
 	}
 	clk.Advance(time.Minute)
+}
+
+func TestHalfOpenTrialCompletesWhenTheBodyEnds(t *testing.T) {
+	srv := newServer(t, statusHandler())
+	clk := newClock()
+	b := newBreaker(t, 2, clk)
+	c := client(t, &breakerhttp.Transport{Breaker: b, Base: base(t)})
+	openThenWait(t, c, srv.URL, clk)
 	resp, err := c.Get(srv.URL + "/200")
 	if err != nil {
 		t.Fatal(err)
@@ -374,14 +381,7 @@ func TestUnreadTrialBodyFailsAtTheTimeout(t *testing.T) {
 	clk := newClock()
 	b := newBreaker(t, 2, clk)
 	c := client(t, breakerhttp.Policy{Breaker: b, Base: base(t), Timeout: 200 * time.Millisecond}.RoundTripper())
-	for range 2 {
-		resp, err := c.Get(srv.URL + "/500")
-		if err != nil {
-			t.Fatal(err)
-		}
-		breakerhttp.DrainClose(resp)
-	}
-	clk.Advance(time.Minute)
+	openThenWait(t, c, srv.URL, clk)
 	resp, err := c.Get(srv.URL + "/200")
 	if err != nil {
 		t.Fatal(err)

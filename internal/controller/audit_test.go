@@ -130,15 +130,7 @@ func TestAuditAfterClose(t *testing.T) {
 // and why.
 func TestAuditWithoutReadAccess(t *testing.T) {
 	b := newBed(t)
-	b.createConfig(nil)
-	name := b.cfg
-	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
-		wcb.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true, MaxObjects: 10, QPS: 10}
-	})
-	r := b.reconciler(b.c)
-	b.settle(r, name)
-	b.drive(r, name, probe.Unhealthy)
-	b.drive(r, name, probe.Healthy)
+	name := closedWindowToAudit(b)
 	cfg, err := controlPlane(t).UserConfig("no-read-access")
 	if err != nil {
 		t.Fatal(err)
@@ -214,15 +206,7 @@ func (r *deletingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 // no error (which the runner would log with a stack trace).
 func TestAuditOfADeletedBreakerIsNoError(t *testing.T) {
 	b := newBed(t)
-	b.createConfig(nil)
-	name := b.cfg
-	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
-		wcb.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true, MaxObjects: 10, QPS: 10}
-	})
-	r := b.reconciler(b.c)
-	b.settle(r, name)
-	b.drive(r, name, probe.Unhealthy)
-	b.drive(r, name, probe.Healthy)
+	name := closedWindowToAudit(b)
 	reader := &deletingReader{Reader: b.c, del: func() {
 		wcb := b.getBreaker(name)
 		wcb.Finalizers = nil
@@ -237,4 +221,20 @@ func TestAuditOfADeletedBreakerIsNoError(t *testing.T) {
 	if err := runner.AuditPending(b.ctx, name); err != nil {
 		t.Fatalf("audit of a breaker deleted meanwhile: %v, want no error", err)
 	}
+}
+
+// closedWindowToAudit creates a breaker with the audit on, opens and closes
+// its circuit, and returns its name: one closed window awaits an audit.
+func closedWindowToAudit(b *bed) string {
+	b.t.Helper()
+	b.createConfig(nil)
+	name := b.cfg
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true, MaxObjects: 10, QPS: 10}
+	})
+	r := b.reconciler(b.c)
+	b.settle(r, name)
+	b.drive(r, name, probe.Unhealthy)
+	b.drive(r, name, probe.Healthy)
+	return name
 }

@@ -470,7 +470,8 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotBypass) }
 
 // emitConditionEvents reports refusals and findings once, when their condition
-// first turns up, not on every reconcile.
+// first turns up, not on every reconcile. A disarm is one of them: Ready turns
+// False with reason Disarmed and the message says how it re-arms.
 func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
 	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
@@ -482,12 +483,6 @@ func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next
 		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
 			continue
 		}
-		if c.Reason == ReasonDisarmed {
-			continue // the Disarmed event below says it once
-		}
 		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
-	}
-	if next.DisarmedReason != "" && b.Status.DisarmedReason == "" {
-		r.event(b, "Warning", ReasonDisarmed, "Disarm", "tripswitch will not open this circuit again for this outage: %s", next.DisarmedReason)
 	}
 }
