@@ -9,26 +9,34 @@
 //	                                                                 failed calls under failurePolicy Fail
 //	apiserver_admission_webhook_fail_open_count{name,type}          failed calls under failurePolicy Ignore
 //
-// Each scrape's increments go into a TIME_BASED window of tripswitch's own
-// breaker (METRICS_ONLY: it counts and never acts), which gives the failure
-// rate once the window holds the minimum number of calls.
+// The counters are per API server, and a control plane usually runs several
+// behind one Service: successive reads land on different instances, each
+// with its own cumulative counts, and the difference between two instances'
+// counters means nothing. So every read is attributed to the instance that
+// served it (its apiserver_id_hash label where the server exposes one, else
+// its process_start_time_seconds), and the window keeps each instance's
+// samples apart: the calls in the window are the sum, over instances, of
+// what each counted between its own first and last sample inside the
+// window. A count that no single API server observed inside the window can
+// never enter it; an instance the scrapes did not reach twice in the window
+// contributes nothing, so with several API servers the signal sees a share
+// of the calls. A read that names no instance is refused (the signal is
+// blind, and says so), and a counter that goes down within one instance
+// starts that instance's samples over.
 //
-// Limits: the counters are per API server. In a control plane with several,
-// each scrape reaches one of them; an increment is only taken between two
-// scrapes that saw counters no smaller than before (a decrease is a reset or
-// another API server, and that interval is skipped), so the signal sees a
-// share of the calls and may mix API servers. The webhook is identified by
-// its name and type (admit, validating), as the metrics label it: two
-// configurations with a webhook of the same name are one series. And while
-// a circuit is open with Bypass the API server does not call the webhook,
-// so the signal has nothing to say about recovery: closing is the probes'
-// decision.
+// The webhook is identified by its name and type (admit, validating), as
+// the metrics label it: two configurations with a webhook of the same name
+// are one series. And while a circuit is open with Bypass the API server
+// does not call the webhook, so the signal has nothing to say about
+// recovery: closing is the probes' decision.
 package apisignal
 
 import (
 	"bytes"
 	"fmt"
 	"io"
+	"sort"
+	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -54,18 +62,32 @@ const (
 	metricFailOpen   = "apiserver_admission_webhook_fail_open_count"
 )
 
-// Parse reads a /metrics exposition and returns each webhook's counts.
-// Calls are at least the failures: a call that fails is counted whether or
-// not the request counter saw it.
-func Parse(r io.Reader) (map[Webhook]Counts, error) {
+// Reading is one read of one API server's metrics.
+type Reading struct {
+	// Instance identifies the API server that served the read; empty when
+	// the exposition names none.
+	Instance string
+	// Webhooks are the cumulative counts of every webhook it has called.
+	Webhooks map[Webhook]Counts
+}
+
+const (
+	metricStartTime = "process_start_time_seconds"
+	labelInstanceID = "apiserver_id_hash"
+)
+
+// Parse reads a /metrics exposition and returns each webhook's counts and
+// the instance that counted them. Calls are at least the failures: a call
+// that fails is counted whether or not the request counter saw it.
+func Parse(r io.Reader) (Reading, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("read metrics: %w", err)
+		return Reading{}, fmt.Errorf("read metrics: %w", err)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
+		return Reading{}, fmt.Errorf("parse metrics: %w", err)
 	}
 	calls := map[Webhook]float64{}
 	failures := map[Webhook]float64{}
@@ -95,7 +117,30 @@ func Parse(r io.Reader) (map[Webhook]Counts, error) {
 		c.Calls = max(c.Calls, f)
 		out[w] = c
 	}
-	return out, nil
+	return Reading{Instance: instance(families), Webhooks: out}, nil
+}
+
+// instance names the API server that served an exposition: the hash of its
+// identity (the apiserver_id_hash label some of its metrics carry), else
+// the start time of its process, which two API servers share only if they
+// started within the same 10 ms.
+func instance(families map[string]*dto.MetricFamily) string {
+	names := make([]string, 0, len(families))
+	for name := range families {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the same answer from the same exposition
+	for _, name := range names {
+		for _, m := range families[name].GetMetric() {
+			if id := label(m, labelInstanceID); id != "" {
+				return "id " + id
+			}
+		}
+	}
+	if mf := families[metricStartTime]; mf != nil && len(mf.GetMetric()) == 1 {
+		return "started " + strconv.FormatFloat(value(mf.GetMetric()[0]), 'f', -1, 64)
+	}
+	return ""
 }
 
 func label(m *dto.Metric, name string) string {

@@ -3,6 +3,7 @@ package apisignal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,14 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-
-	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
 // Settings are one breaker's signal settings.
 type Settings struct {
 	Webhook Webhook
-	// Window is the sliding window, in whole seconds.
+	// Window is the sliding window.
 	Window time.Duration
 	// MinimumCalls before a rate is computed.
 	MinimumCalls int
@@ -49,10 +48,6 @@ const forbiddenHint = "tripswitch may not read the API server's /metrics: grant 
 // Source reads the API server's metrics.
 type Source func(ctx context.Context) ([]byte, error)
 
-// maxFeed bounds how many calls one scrape feeds a window: beyond it the
-// increments are scaled down, keeping their ratio.
-const maxFeed = 100_000
-
 // Tracker scrapes the API server and keeps each breaker's window. It runs
 // on the leader.
 type Tracker struct {
@@ -68,22 +63,29 @@ type Tracker struct {
 
 type tracked struct {
 	settings Settings
-	window   *breaker.Breaker
-	last     Counts
-	seen     bool
-	status   Status
+	// series holds, per API server instance, the samples of this webhook's
+	// counters inside the window, oldest first.
+	series map[string][]sample
+	status Status
 	// reported is Failing as of the last scrape: a window that drained
 	// between scrapes is a change too.
 	reported bool
 }
 
-// bclock adapts the tracker's clock to the breaker's.
-type bclock struct{ c clock.PassiveClock }
-
-func (b bclock) Now() time.Time { return b.c.Now() }
+// sample is one instance's cumulative counts at one read.
+type sample struct {
+	at time.Time
+	Counts
+}
 
 // Ensure starts (or updates) the signal for a breaker.
 func (t *Tracker) Ensure(name string, s Settings) error {
+	if s.Window < time.Second {
+		return fmt.Errorf("api server signal for %s: window %v is shorter than one second", name, s.Window)
+	}
+	if s.FailureRateThreshold <= 0 || s.FailureRateThreshold > 100 {
+		return fmt.Errorf("api server signal for %s: failure rate threshold %v is not in (0, 100]", name, s.FailureRateThreshold)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tracked == nil {
@@ -92,16 +94,8 @@ func (t *Tracker) Ensure(name string, s Settings) error {
 	if cur, ok := t.tracked[name]; ok && cur.settings == s {
 		return nil
 	}
-	w, err := breaker.New(name, breaker.Config{
-		WindowType: breaker.TimeBased, WindowSize: max(int(s.Window/time.Second), 1),
-		MinimumNumberOfCalls: max(s.MinimumCalls, 1), FailureRateThreshold: s.FailureRateThreshold,
-		Clock: bclock{t.Clock},
-	})
-	if err != nil {
-		return fmt.Errorf("api server signal for %s: %w", name, err)
-	}
-	w.MetricsOnly()
-	t.tracked[name] = &tracked{settings: s, window: w, status: Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}}
+	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{},
+		status: Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}}
 	return nil
 }
 
@@ -120,11 +114,8 @@ func (t *Tracker) Observe(name string) (Status, bool) {
 	if !ok {
 		return Status{}, false
 	}
-	s := tr.status
-	m := tr.window.Metrics()
-	s.Calls, s.Failures, s.FailureRate = m.Calls, m.FailedCalls, m.FailureRate
-	s.Failing = tr.failing()
-	return s, true
+	tr.prune(t.Clock.Now())
+	return tr.current(), true
 }
 
 // NeedLeaderElection: only the leader scrapes.
@@ -144,7 +135,8 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 }
 
-// Scrape reads the API server's metrics once and feeds every window.
+// Scrape reads the API server's metrics once and adds the sample to every
+// breaker's window under the instance that served it.
 func (t *Tracker) Scrape(ctx context.Context) {
 	t.mu.Lock()
 	n := len(t.tracked)
@@ -153,36 +145,37 @@ func (t *Tracker) Scrape(ctx context.Context) {
 		return
 	}
 	data, err := t.Source(ctx)
-	var counts map[Webhook]Counts
+	var r Reading
 	if err == nil {
-		counts, err = Parse(bytes.NewReader(data))
+		r, err = Parse(bytes.NewReader(data))
+	}
+	if err == nil && r.Instance == "" {
+		err = errors.New("the metrics name no API server instance (neither apiserver_id_hash nor process_start_time_seconds), " +
+			"so reads from different API servers cannot be told apart")
 	}
 	var flipped []string
 	t.mu.Lock()
-	for _, tr := range t.tracked {
+	now := t.Clock.Now()
+	for name, tr := range t.tracked {
 		if err != nil {
 			tr.status.Unreadable = true
 			tr.status.Message = fmt.Sprintf("cannot read the API server's metrics: %v", err)
 			if apierrors.IsForbidden(err) {
 				tr.status.Message = forbiddenHint
 			}
-			continue
+		} else {
+			tr.status.Unreadable = false
+			// A webhook the API server has not called yet has no series: its
+			// counters are zero, and the first calls count from there.
+			c, ok := r.Webhooks[tr.settings.Webhook]
+			tr.status.Message = ""
+			if !ok {
+				tr.status.Message = fmt.Sprintf("the API server has not called webhook %s (%s) since it started", tr.settings.Webhook.Name, tr.settings.Webhook.Type)
+			}
+			tr.add(r.Instance, sample{at: now, Counts: c})
 		}
-		tr.status.Unreadable = false
-		// A webhook the API server has not called yet has no series: its
-		// counters are zero, and the first calls count from there.
-		c, ok := counts[tr.settings.Webhook]
-		tr.status.Message = ""
-		if !ok {
-			tr.status.Message = fmt.Sprintf("the API server has not called webhook %s (%s) since it started", tr.settings.Webhook.Name, tr.settings.Webhook.Type)
-		}
-		if tr.seen && c.Calls >= tr.last.Calls && c.Failures >= tr.last.Failures {
-			feed(tr.window, c.Calls-tr.last.Calls, c.Failures-tr.last.Failures)
-		}
-		tr.last, tr.seen = c, true
-	}
-	for name, tr := range t.tracked {
-		if f := tr.failing(); f != tr.reported {
+		tr.prune(now)
+		if f := tr.current().Failing; f != tr.reported {
 			tr.reported = f
 			flipped = append(flipped, name)
 		}
@@ -195,27 +188,51 @@ func (t *Tracker) Scrape(ctx context.Context) {
 	}
 }
 
-func (tr *tracked) failing() bool {
-	m := tr.window.Metrics()
-	return m.FailureRate >= 0 && m.FailureRate >= tr.settings.FailureRateThreshold
+// add appends a sample to its instance's series. A counter below the last
+// sample's is a restart (or two servers sharing an identity): the earlier
+// samples say nothing about the new counts, so the series starts over.
+func (tr *tracked) add(instance string, s sample) {
+	ss := tr.series[instance]
+	if n := len(ss); n > 0 && (s.Calls < ss[n-1].Calls || s.Failures < ss[n-1].Failures) {
+		ss = ss[:0]
+	}
+	tr.series[instance] = append(ss, s)
 }
 
-// feed records the increments of one interval in the window.
-func feed(w *breaker.Breaker, calls, failures float64) {
-	failures = min(failures, calls)
-	if calls > maxFeed {
-		failures = failures * maxFeed / calls
-		calls = maxFeed
+// prune drops the samples that fell out of the window, and the instances
+// left with none.
+func (tr *tracked) prune(now time.Time) {
+	from := now.Add(-tr.settings.Window)
+	for id, ss := range tr.series {
+		i := 0
+		for i < len(ss) && ss[i].at.Before(from) {
+			i++
+		}
+		if i == len(ss) {
+			delete(tr.series, id)
+			continue
+		}
+		tr.series[id] = ss[i:]
 	}
-	ok := int64(calls) - int64(failures)
-	for range int64(failures) {
-		p, _ := w.Allow()
-		p.Done(breaker.Failure)
+}
+
+// current sums, over instances, the increments each counted between its
+// own first and last sample in the window, and judges them.
+func (tr *tracked) current() Status {
+	s := tr.status
+	s.Calls, s.Failures = 0, 0
+	for _, ss := range tr.series {
+		first, last := ss[0], ss[len(ss)-1]
+		calls, failures := last.Calls-first.Calls, last.Failures-first.Failures
+		s.Calls += int64(calls)
+		s.Failures += int64(min(failures, calls))
 	}
-	for range ok {
-		p, _ := w.Allow()
-		p.Done(breaker.Success)
+	s.FailureRate = -1
+	if s.Calls > 0 && s.Calls >= int64(tr.settings.MinimumCalls) {
+		s.FailureRate = float64(s.Failures) * 100 / float64(s.Calls)
 	}
+	s.Failing = s.FailureRate >= 0 && s.FailureRate >= tr.settings.FailureRateThreshold
+	return s
 }
 
 // FromAPIServer reads /metrics through a REST client of the API server

@@ -155,3 +155,42 @@ func (e *Env) AdminKubeconfig() ([]byte, error) {
 	}
 	return u.KubeConfig()
 }
+
+// SecondAPIServer starts another kube-apiserver on the same etcd, as in a
+// control plane with several: it serves with the first one's certificate,
+// trusts the same client CA and signs service account tokens with the same
+// key and issuer, so any client of the first works against it. It stops when
+// t ends; the result is its host:port on 127.0.0.1.
+func (e *Env) SecondAPIServer(t testing.TB) string {
+	t.Helper()
+	first := e.env.ControlPlane.APIServer
+	dir := t.TempDir()
+	for _, f := range []string{"apiserver.crt", "apiserver.key", "sa-signer.crt", "sa-signer.key"} {
+		data, err := os.ReadFile(filepath.Join(first.CertDir, f))
+		if err != nil {
+			t.Fatalf("second API server: copy %s: %v", f, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
+			t.Fatalf("second API server: %v", err)
+		}
+	}
+	second := &envtest.APIServer{
+		Path:          first.Path,
+		EtcdURL:       first.EtcdURL,
+		CertDir:       dir,
+		SecureServing: envtest.SecureServing{Authn: first.SecureServing.Authn},
+		StartTimeout:  first.StartTimeout,
+		StopTimeout:   first.StopTimeout,
+	}
+	issuer := first.SecureServing.URL("https", "/").String()
+	second.Configure().Set("service-account-issuer", issuer).Set("api-audiences", issuer)
+	if err := second.Start(); err != nil {
+		t.Fatalf("second API server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := second.Stop(); err != nil {
+			t.Errorf("stop second API server: %v", err)
+		}
+	})
+	return second.SecureServing.HostPort()
+}

@@ -1,0 +1,207 @@
+package apisignal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+)
+
+// server is one API server's counters for the webhook w.example.com.
+type server struct {
+	start          string // process_start_time_seconds; empty: not exposed
+	idHash         string // apiserver_id_hash label; empty: not exposed
+	calls, failing float64
+}
+
+func (s *server) exposition() string {
+	var b strings.Builder
+	b.WriteString("# TYPE apiserver_admission_webhook_request_total counter\n")
+	fmt.Fprintf(&b, "apiserver_admission_webhook_request_total{code=\"200\",name=\"w.example.com\",operation=\"CREATE\",rejected=\"false\",type=\"validating\"} %v\n", s.calls-s.failing)
+	fmt.Fprintf(&b, "apiserver_admission_webhook_request_total{code=\"0\",name=\"w.example.com\",operation=\"CREATE\",rejected=\"false\",type=\"validating\"} %v\n", s.failing)
+	b.WriteString("# TYPE apiserver_admission_webhook_fail_open_count counter\n")
+	fmt.Fprintf(&b, "apiserver_admission_webhook_fail_open_count{name=\"w.example.com\",type=\"validating\"} %v\n", s.failing)
+	if s.start != "" {
+		b.WriteString("# TYPE process_start_time_seconds gauge\n")
+		fmt.Fprintf(&b, "process_start_time_seconds %s\n", s.start)
+	}
+	if s.idHash != "" {
+		b.WriteString("# TYPE apiserver_authorization_config_controller_automatic_reloads_total counter\n")
+		fmt.Fprintf(&b, "apiserver_authorization_config_controller_automatic_reloads_total{apiserver_id_hash=%q,status=\"success\"} 1\n", s.idHash)
+	}
+	return b.String()
+}
+
+// pool answers each read from the server next names.
+type pool struct {
+	next *server
+}
+
+func (p *pool) source(context.Context) ([]byte, error) {
+	if p.next == nil {
+		return nil, errors.New("no server")
+	}
+	return []byte(p.next.exposition()), nil
+}
+
+func newTracker(t *testing.T, p *pool) (*apisignal.Tracker, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk}
+	err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, clk
+}
+
+func observe(t *testing.T, tr *apisignal.Tracker) apisignal.Status {
+	t.Helper()
+	s, ok := tr.Observe("b")
+	if !ok {
+		t.Fatal("breaker b not tracked")
+	}
+	return s
+}
+
+// TestOldFailuresOfAnotherInstanceNeverCount is the shape of the defect: A
+// once counted 150 failed calls, B none; reads alternate between them while
+// the webhook is healthy. A difference between A's and B's counters must
+// never be taken for calls, however the reads interleave.
+func TestOldFailuresOfAnotherInstanceNeverCount(t *testing.T) {
+	a := &server{start: "1.8e+09", calls: 160, failing: 150}
+	b := &server{start: "1.80000001e+09"}
+	p := &pool{}
+	tr, clk := newTracker(t, p)
+	pattern := []*server{a, b, b, a, b, a, a, b, a, b, b, b, a}
+	for i := range 120 {
+		p.next = pattern[i%len(pattern)]
+		// healthy traffic on both
+		a.calls += 2
+		b.calls += 3
+		tr.Scrape(t.Context())
+		if s := observe(t, tr); s.Failing || s.Failures != 0 {
+			t.Fatalf("read %d: failing on counts no API server saw in the window: %+v", i, s)
+		}
+		clk.Step(time.Second)
+	}
+	s := observe(t, tr)
+	if s.Calls < 100 || s.Unreadable {
+		t.Fatalf("the healthy calls both instances counted are not in the window: %+v", s)
+	}
+}
+
+// TestOutageEveryInstanceSees: failures both instances count, each between
+// its own samples, add up and open the signal.
+func TestOutageEveryInstanceSees(t *testing.T) {
+	a := &server{start: "1.8e+09", calls: 1000}
+	b := &server{start: "1.80000001e+09", calls: 500}
+	p := &pool{}
+	tr, clk := newTracker(t, p)
+	for _, s := range []*server{a, b} { // a baseline of each
+		p.next = s
+		tr.Scrape(t.Context())
+		clk.Step(time.Second)
+	}
+	// Each instance counts 4 failed calls of 4 between reads; every read
+	// reaches one of them, so each sees only its own share.
+	for i := range 6 {
+		for _, s := range []*server{a, b} {
+			s.calls += 4
+			s.failing += 4
+		}
+		p.next = []*server{a, b}[i%2]
+		tr.Scrape(t.Context())
+		clk.Step(time.Second)
+	}
+	s := observe(t, tr)
+	// a's baseline was before the outage, its last read after 5 rounds: 20
+	// failures; b's baseline too, its last read after 6 rounds: 24.
+	if !s.Failing || s.Calls != 44 || s.Failures != 44 {
+		t.Fatalf("outage on both instances: %+v, want failing with 44 of 44", s)
+	}
+}
+
+// TestInstanceIdentity: the apiserver_id_hash label wins over the start
+// time; a read naming no instance blinds the signal and says why; a counter
+// that goes down within one instance starts it over instead of counting a
+// negative or a jump.
+func TestInstanceIdentity(t *testing.T) {
+	t.Run("id hash", func(t *testing.T) {
+		// Same start time, different identities: two instances.
+		a := &server{start: "1.8e+09", idHash: "sha256:a", calls: 0}
+		b := &server{start: "1.8e+09", idHash: "sha256:b", calls: 100, failing: 100}
+		p := &pool{}
+		tr, clk := newTracker(t, p)
+		for i := range 20 {
+			p.next = []*server{a, b}[i%2]
+			a.calls++
+			tr.Scrape(t.Context())
+			clk.Step(time.Second)
+		}
+		if s := observe(t, tr); s.Failing || s.Failures != 0 {
+			t.Fatalf("two identities with one start time mixed: %+v", s)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		p := &pool{next: &server{calls: 100, failing: 100}}
+		tr, _ := newTracker(t, p)
+		tr.Scrape(t.Context())
+		s := observe(t, tr)
+		if !s.Unreadable || s.Failing || !strings.Contains(s.Message, "cannot be told apart") {
+			t.Fatalf("no instance named: %+v", s)
+		}
+	})
+	t.Run("restart", func(t *testing.T) {
+		a := &server{start: "1.8e+09", calls: 500, failing: 400}
+		p := &pool{next: a}
+		tr, clk := newTracker(t, p)
+		tr.Scrape(t.Context())
+		clk.Step(time.Second)
+		a.calls, a.failing = 5, 0 // same identity, counters back near zero
+		tr.Scrape(t.Context())
+		clk.Step(time.Second)
+		a.calls += 20
+		tr.Scrape(t.Context())
+		if s := observe(t, tr); s.Failing || s.Calls != 20 || s.Failures != 0 {
+			t.Fatalf("after a reset: %+v, want 20 calls and no failures", s)
+		}
+	})
+}
+
+// TestWindowSlidesPerInstance: increments leave the window with the samples
+// that bound them, and an instance no longer read drops out.
+func TestWindowSlidesPerInstance(t *testing.T) {
+	a := &server{start: "1.8e+09"}
+	p := &pool{next: a}
+	tr, clk := newTracker(t, p)
+	tr.Scrape(t.Context())
+	for range 5 {
+		clk.Step(time.Second)
+		a.calls += 4
+		a.failing += 4
+		tr.Scrape(t.Context())
+	}
+	if s := observe(t, tr); !s.Failing || s.Calls != 20 {
+		t.Fatalf("20 failed calls in 5 s: %+v", s)
+	}
+	// 9 calls: below the minimum of 10, no rate.
+	clk.Step(31 * time.Second)
+	a.calls += 9
+	tr.Scrape(t.Context())
+	clk.Step(time.Second)
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); s.Failing || s.Calls != 0 || s.FailureRate != -1 {
+		t.Fatalf("31 s later: %+v, want an empty window", s)
+	}
+	if err := tr.Ensure("short", apisignal.Settings{Window: 500 * time.Millisecond, FailureRateThreshold: 50}); err == nil {
+		t.Fatal("a window under a second was accepted")
+	}
+}
