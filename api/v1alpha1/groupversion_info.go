@@ -12,6 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// Finalizer is on every breaker whose target the controller has read: it
+// holds the breaker's deletion until the controller (or `tripswitch
+// standdown`) has restored the webhook.
+const Finalizer = "tripswitch.dev/restore"
+
 var (
 	// GroupVersion is the group and version of this API.
 	GroupVersion = schema.GroupVersion{Group: "tripswitch.dev", Version: "v1alpha1"}

@@ -174,3 +174,43 @@ func runRestore(args []string, out io.Writer) error {
 	}
 	return nil
 }
+
+const standdownUsage = `Usage: tripswitch standdown [--kubeconfig PATH] --namespace NS [--deployment NAME] [--lease NAME] [--timeout D]
+
+Run before uninstalling (the Helm chart runs it as a pre-delete hook): scales
+the controller's Deployment to 0, waits until no replica holds the leader
+Lease, restores every breaker's circuit from its record and removes every
+breaker's finalizer, so deleting the controller, its RBAC and the breakers
+together leaves no webhook failed open and nothing stuck. Fails, naming the
+breaker, when a circuit cannot be restored.
+`
+
+func runStanddown(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tripswitch standdown", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, standdownUsage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	namespace := fs.String("namespace", "", "the controller's namespace (required)")
+	deployment := fs.String("deployment", "tripswitch", "the controller's Deployment")
+	lease := fs.String("lease", "tripswitch.dev", "the controller's leader-election Lease")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the leader to let go of the Lease")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *namespace == "" {
+		return errors.New("--namespace is required: the namespace the controller runs in")
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout %v must be positive", *timeout)
+	}
+	c, err := clusterClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+5*time.Minute)
+	defer cancel()
+	return breakglass.StandDown{Client: c, Namespace: *namespace, Deployment: *deployment, Lease: *lease, Timeout: *timeout, Log: out}.Run(ctx)
+}

@@ -64,6 +64,8 @@ func dispatch(args []string, out io.Writer) error {
 			return runRestore(args[1:], out)
 		case "audit":
 			return runAudit(args[1:], out)
+		case "standdown":
+			return runStanddown(args[1:], out)
 		}
 	}
 	return run(args, out)
@@ -116,7 +118,8 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 			"Commands (they work without the controller, with your credentials):\n"+
 			"  status                     list the circuits held open, from the records on the webhook configurations\n"+
 			"  restore CONFIG/WEBHOOK...  restore a webhook's original policy from its record (--all for every one)\n"+
-			"  audit BREAKER              list what an open window admitted without the webhook, and re-review it\n\n"+
+			"  audit BREAKER              list what an open window admitted without the webhook, and re-review it\n"+
+			"  standdown --namespace NS   before an uninstall: stop the controller, restore every circuit, release every breaker\n\n"+
 			"Flags:\n")
 		fs.PrintDefaults()
 	}
@@ -141,7 +144,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit; see --help)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit, standdown; see --help)", fs.Arg(0))
 	}
 	if f.signalInterval < time.Second {
 		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)

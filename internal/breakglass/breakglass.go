@@ -127,6 +127,11 @@ func describe(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, cf
 	return out
 }
 
+var (
+	errNoRecord        = errors.New("no circuit record: tripswitch holds nothing open there")
+	errNoConfiguration = errors.New("no webhook configuration")
+)
+
 // ErrRefused is matched by a restore that tripswitch's ownership rules forbid.
 var ErrRefused = errors.New("refused")
 
@@ -149,7 +154,7 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 		case st.RecordErr != nil:
 			return fmt.Errorf("%w: %s: the record is unreadable (%v); fix or remove annotation %s by hand", ErrRefused, ref, st.RecordErr, circuit.AnnotationKey(webhook))
 		case st.Record == nil:
-			return fmt.Errorf("%s: no circuit record: tripswitch holds nothing open there", ref)
+			return fmt.Errorf("%s: %w", ref, errNoRecord)
 		case st.Index < 0:
 			return fmt.Errorf("%w: %s: the webhook is no longer in the configuration; remove annotation %s by hand", ErrRefused, ref, circuit.AnnotationKey(webhook))
 		case !st.Intact():
@@ -191,7 +196,7 @@ func read(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config
 	}
 	switch len(found) {
 	case 0:
-		return nil, "", fmt.Errorf("no webhook configuration named %s", config)
+		return nil, "", fmt.Errorf("%w named %s", errNoConfiguration, config)
 	case 1:
 		cfg, err := circuit.View(found[0])
 		return cfg, foundKind, err

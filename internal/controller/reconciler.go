@@ -30,7 +30,7 @@ import (
 
 const (
 	// Finalizer holds a breaker's deletion until its webhook is restored.
-	Finalizer = "tripswitch.dev/restore"
+	Finalizer = v1alpha1.Finalizer
 	// RearmAnnotation on a breaker re-arms it when its value changes.
 	RearmAnnotation = "tripswitch.dev/rearm"
 

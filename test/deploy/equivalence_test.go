@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -214,9 +216,60 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		}
 	}
 	notes := helmNotes(t, map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"sidecar-injector"}}})
-	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "kubectl delete webhookcircuitbreakers --all --wait", "tripswitch restore --all"} {
+	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "runs `tripswitch standdown`", "tripswitch restore --all"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
+	}
+}
+
+// TestChartUninstallHook: the pre-delete hook runs `tripswitch standdown`
+// for this release's Deployment, in the release namespace, as the
+// controller's ServiceAccount, and the only right it adds is scaling that
+// one Deployment. Turned off, NOTES say what to run instead.
+func TestChartUninstallHook(t *testing.T) {
+	const ns = "platform-guards"
+	acc, err := helmRender(t, ns, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hooks []*unstructured.Unstructured
+	for _, h := range acc.Hooks() {
+		ha, err := release.NewHookAccessor(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooks = append(hooks, decode(t, []byte(ha.Manifest()))...)
+	}
+	if len(hooks) != 3 {
+		t.Fatalf("%d hook objects, want a Role, a RoleBinding and a Job", len(hooks))
+	}
+	for _, o := range hooks {
+		if o.GetAnnotations()["helm.sh/hook"] != "pre-delete" || o.GetNamespace() != ns {
+			t.Errorf("%s: hook %q in %q, want pre-delete in %s", key(o), o.GetAnnotations()["helm.sh/hook"], o.GetNamespace(), ns)
+		}
+	}
+	job := find(hooks, "Job", "tripswitch-standdown")
+	if job == nil {
+		t.Fatal("no Job tripswitch-standdown")
+	}
+	sa, _, _ := unstructured.NestedString(job.Object, "spec", "template", "spec", "serviceAccountName")
+	containers, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=2m"}
+	if sa != serviceAccount || strings.Join(args, " ") != strings.Join(want, " ") {
+		t.Errorf("job runs %v as %s, want %v as %s", args, sa, want, serviceAccount)
+	}
+	role := find(hooks, "Role", "tripswitch-standdown")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if data, _ := json.Marshal(rules); string(data) != `[{"apiGroups":["apps"],"resourceNames":["tripswitch"],"resources":["deployments/scale"],"verbs":["get","patch"]}]` {
+		t.Errorf("the hook's Role grants %s", data)
+	}
+	off, err := helmRender(t, ns, map[string]any{"uninstallHook": map[string]any{"enabled": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(off.Hooks()) != 0 || !strings.Contains(off.Notes(), "tripswitch standdown --namespace "+ns+" --deployment tripswitch") {
+		t.Errorf("hook off: %d hooks, NOTES:\n%s", len(off.Hooks()), off.Notes())
 	}
 }
