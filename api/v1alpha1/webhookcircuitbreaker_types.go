@@ -224,6 +224,11 @@ type APIServerSignalStatus struct {
 	// Message says why there is no signal, when there is none.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// ObservedAt is when these numbers were read from the API server. A
+	// change of Failing is shown at once; numbers alone are refreshed at
+	// most every 30s, since each refresh is a status write.
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
 }
 
 // AuditSpec configures the audit of open windows.

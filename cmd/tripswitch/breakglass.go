@@ -162,7 +162,12 @@ func runRestore(args []string, out io.Writer) error {
 	}
 	failed := 0
 	for _, j := range jobs {
-		if err := breakglass.Restore(ctx, c, j.kind, j.config, j.webhook); err != nil {
+		err := breakglass.Restore(ctx, c, j.kind, j.config, j.webhook)
+		if errors.Is(err, breakglass.ErrNotRecorded) {
+			fmt.Fprintln(out, err)
+			continue
+		}
+		if err != nil {
 			failed++
 			fmt.Fprintln(out, "not restored:", err)
 			continue

@@ -64,7 +64,7 @@ func TestSignalFromARealAPIServer(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	var flipped []string
 	tr := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: clk,
-		Changed: func(b string) { flipped = append(flipped, b) }}
+		Refresh: time.Nanosecond, Changed: func(b string) { flipped = append(flipped, b) }}
 	settings := func(name string) apisignal.Settings {
 		return apisignal.Settings{Webhook: apisignal.Webhook{Name: name, Type: "validating"}, Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
 	}
@@ -205,14 +205,16 @@ func TestSignalWithTwoAPIServers(t *testing.T) {
 	scraper, writer := viaLB(), viaLB()
 
 	var mu sync.Mutex
-	var flips []apisignal.Status
+	var flips []apisignal.Status // every status shown while failing
 	var tr *apisignal.Tracker
 	tr = &apisignal.Tracker{Source: apisignal.FromAPIServer(scraper.CoreV1().RESTClient()), Interval: time.Second, Clock: clock.RealClock{},
+		Refresh: time.Nanosecond,
 		Changed: func(string) {
-			s, _ := tr.Observe("b")
-			mu.Lock()
-			flips = append(flips, s)
-			mu.Unlock()
+			if s, _ := tr.Observe("b"); s.Failing {
+				mu.Lock()
+				flips = append(flips, s)
+				mu.Unlock()
+			}
 		}}
 	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: name, Type: "validating"},
 		Window: 10 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}); err != nil {
@@ -230,7 +232,7 @@ func TestSignalWithTwoAPIServers(t *testing.T) {
 	healthyFlips := append([]apisignal.Status(nil), flips...)
 	mu.Unlock()
 	if len(healthyFlips) > 0 {
-		t.Fatalf("the healthy webhook's signal flipped %d times, first %+v", len(healthyFlips), healthyFlips[0])
+		t.Fatalf("the healthy webhook's signal said failing %d times, first %+v", len(healthyFlips), healthyFlips[0])
 	}
 	conns := lb.Connections()
 	if conns[first] < 2 || conns[second] < 2 {

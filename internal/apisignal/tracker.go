@@ -37,6 +37,8 @@ type Status struct {
 	Message string
 	// Unreadable: the last read of the API server's metrics failed, so the
 	// signal is blind; Message says why and, when it is a permission, which.
+	// At is when these numbers were taken (zero before the first read).
+	At time.Time
 	Unreadable bool
 }
 
@@ -54,8 +56,12 @@ type Tracker struct {
 	Source   Source
 	Interval time.Duration
 	Clock    clock.WithTicker
-	// Changed is called with a breaker whose Failing flipped.
+	// Changed is called with a breaker whose Failing flipped, or whose
+	// numbers changed at least Refresh after they were last shown.
 	Changed func(breaker string)
+	// Refresh bounds how stale the numbers Observe shows may get while the
+	// verdict stays the same (each change costs a status write); 0 is 30s.
+	Refresh time.Duration
 
 	mu      sync.Mutex
 	tracked map[string]*tracked
@@ -67,9 +73,9 @@ type tracked struct {
 	// counters inside the window, oldest first.
 	series map[string][]sample
 	status Status
-	// reported is Failing as of the last scrape: a window that drained
-	// between scrapes is a change too.
-	reported bool
+	// shown is what Observe returns: the window as of the scrape that last
+	// changed the verdict, or refreshed the numbers.
+	shown Status
 }
 
 // sample is one instance's cumulative counts at one read.
@@ -94,8 +100,8 @@ func (t *Tracker) Ensure(name string, s Settings) error {
 	if cur, ok := t.tracked[name]; ok && cur.settings == s {
 		return nil
 	}
-	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{},
-		status: Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}}
+	st := Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}
+	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{}, status: st, shown: st}
 	return nil
 }
 
@@ -106,7 +112,8 @@ func (t *Tracker) Stop(name string) {
 	delete(t.tracked, name)
 }
 
-// Observe returns a breaker's signal.
+// Observe returns a breaker's signal as of the last scrape that changed its
+// verdict or refreshed its numbers; Status.At says when.
 func (t *Tracker) Observe(name string) (Status, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -114,8 +121,7 @@ func (t *Tracker) Observe(name string) (Status, bool) {
 	if !ok {
 		return Status{}, false
 	}
-	tr.prune(t.Clock.Now())
-	return tr.current(), true
+	return tr.shown, true
 }
 
 // NeedLeaderElection: only the leader scrapes.
@@ -154,6 +160,10 @@ func (t *Tracker) Scrape(ctx context.Context) {
 			"so reads from different API servers cannot be told apart")
 	}
 	var flipped []string
+	refresh := t.Refresh
+	if refresh <= 0 {
+		refresh = 30 * time.Second
+	}
 	t.mu.Lock()
 	now := t.Clock.Now()
 	for name, tr := range t.tracked {
@@ -175,8 +185,10 @@ func (t *Tracker) Scrape(ctx context.Context) {
 			tr.add(r.Instance, sample{at: now, Counts: c})
 		}
 		tr.prune(now)
-		if f := tr.current().Failing; f != tr.reported {
-			tr.reported = f
+		cur := tr.current()
+		cur.At = now
+		if show(tr.shown, cur, refresh) {
+			tr.shown = cur
 			flipped = append(flipped, name)
 		}
 	}
@@ -186,6 +198,19 @@ func (t *Tracker) Scrape(ctx context.Context) {
 			t.Changed(name)
 		}
 	}
+}
+
+// show says whether a scrape's status replaces the one shown: at once when
+// the verdict, readability or message changed; for numbers alone, once
+// refresh has passed.
+func show(shown, cur Status, refresh time.Duration) bool {
+	switch {
+	case shown.At.IsZero(), cur.Failing != shown.Failing, cur.Unreadable != shown.Unreadable, cur.Message != shown.Message:
+		return true
+	case cur.Calls == shown.Calls && cur.Failures == shown.Failures:
+		return false
+	}
+	return cur.At.Sub(shown.At) >= refresh
 }
 
 // add appends a sample to its instance's series. A counter below the last

@@ -53,7 +53,8 @@ func (p *pool) source(context.Context) ([]byte, error) {
 func newTracker(t *testing.T, p *pool) (*apisignal.Tracker, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
-	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk}
+	// Every change shown at once: these tests are about the window.
+	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk, Refresh: time.Nanosecond}
 	err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
 		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50})
 	if err != nil {
@@ -203,5 +204,47 @@ func TestWindowSlidesPerInstance(t *testing.T) {
 	}
 	if err := tr.Ensure("short", apisignal.Settings{Window: 500 * time.Millisecond, FailureRateThreshold: 50}); err == nil {
 		t.Fatal("a window under a second was accepted")
+	}
+}
+
+// TestShownNumbersRefresh: a flip of the verdict is shown (and notified) at
+// the scrape that sees it; numbers alone at most once per Refresh, with the
+// time they were taken, so the status write they cost stays bounded.
+func TestShownNumbersRefresh(t *testing.T) {
+	a := &server{start: "1.8e+09"}
+	p := &pool{next: a}
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	var notified int
+	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk, Refresh: 10 * time.Second,
+		Changed: func(string) { notified++ }}
+	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Scrape(t.Context())
+	first := observe(t, tr)
+	if notified != 1 || !first.At.Equal(clk.Now()) {
+		t.Fatalf("first scrape: %d notifications, shown %+v", notified, first)
+	}
+	for range 9 { // healthy traffic: numbers change, verdict does not
+		clk.Step(time.Second)
+		a.calls += 5
+		tr.Scrape(t.Context())
+	}
+	if s := observe(t, tr); notified != 1 || s.Calls != 0 || !s.At.Equal(first.At) {
+		t.Fatalf("9 s of changing numbers: %d notifications, shown %+v; want the first numbers still", notified, s)
+	}
+	clk.Step(time.Second)
+	a.calls += 5
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); notified != 2 || s.Calls != 50 || !s.At.Equal(clk.Now()) {
+		t.Fatalf("after the refresh: %d notifications, shown %+v", notified, s)
+	}
+	clk.Step(time.Second)
+	a.calls += 60
+	a.failing += 60
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); notified != 3 || !s.Failing || s.Calls != 110 {
+		t.Fatalf("the flip 1 s after a refresh: %d notifications, shown %+v", notified, s)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -162,7 +164,7 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 		}
 		err = circuit.Writer{Client: c}.Close(ctx, cfg, webhook, st.Record)
 		if err == nil {
-			return nil
+			return closeWindow(ctx, c, st.Record, ref)
 		}
 		if !circuit.IsStale(err) {
 			return fmt.Errorf("restore %s: %w", ref, err)
@@ -202,4 +204,51 @@ func read(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config
 		return cfg, foundKind, err
 	}
 	return nil, "", fmt.Errorf("both a mutating and a validating configuration are named %s: say which with --kind", config)
+}
+
+// ErrNotRecorded is matched by a Restore that restored the webhook but
+// could not close the window on its breaker's status: the circuit is
+// closed; only the history lacks the restore.
+var ErrNotRecorded = errors.New("not recorded")
+
+// CloseReason closes a breaker's open window when a break-glass restore
+// closed its circuit.
+const CloseReason = "BreakGlassRestore"
+
+// closeWindow records the restore on the breaker that owns the record, if it
+// still exists: its last open window closes now, with CloseReason, and the
+// status no longer mirrors a record. A controller that returns later would
+// otherwise only see that the record is gone, not when or why. The restore
+// itself is done by then; failing to record it is reported, not undone.
+func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitRecord, ref string) error {
+	for range 5 {
+		var b v1alpha1.WebhookCircuitBreaker
+		err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b)
+		if apierrors.IsNotFound(err) || (err == nil && b.UID != rec.BreakerUID) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
+		}
+		base := b.DeepCopy()
+		now := metav1.Now()
+		if n := len(b.Status.History); n > 0 && b.Status.History[n-1].ClosedAt == nil && b.Status.History[n-1].OpenedAt.Equal(&rec.OpenedAt) {
+			b.Status.History[n-1].ClosedAt = &now
+			b.Status.History[n-1].CloseReason = CloseReason
+		}
+		if b.Status.Record != nil && b.Status.Record.OpenedAt.Equal(&rec.OpenedAt) {
+			b.Status.Record = nil
+		}
+		if equality.Semantic.DeepEqual(base.Status, b.Status) {
+			return nil
+		}
+		err = c.Status().Patch(ctx, &b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if err == nil || !apierrors.IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: restored %s, but breaker %s kept changing while the restore was recorded", ErrNotRecorded, ref, rec.Breaker)
 }

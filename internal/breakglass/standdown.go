@@ -142,6 +142,8 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	t := b.Spec.Target
 	err := Restore(ctx, s.Client, t.Kind, t.ConfigurationName, t.WebhookName)
 	switch {
+	case errors.Is(err, ErrNotRecorded):
+		fmt.Fprintf(s.Log, "breaker %s: %v\n", b.Name, err)
 	case err == nil:
 		fmt.Fprintf(s.Log, "breaker %s: restored %s %s/%s\n", b.Name, t.Kind, t.ConfigurationName, t.WebhookName)
 	case errors.Is(err, errNoRecord), errors.Is(err, errNoConfiguration):

@@ -32,14 +32,17 @@ const (
 
 // Reasons used in decisions, events and conditions.
 const (
-	ReasonWebhookUnhealthy   = "WebhookUnhealthy"
-	ReasonWebhookRecovered   = "WebhookRecovered"
-	ReasonForceOpen          = "ForceOpen"
-	ReasonForceClosed        = "ForceClosed"
-	ReasonBreakerDeleted     = "BreakerDeleted"
-	ReasonOpenActionChanged  = "OpenActionChanged"
-	ReasonExternalChange     = "ExternalChange"
-	ReasonRecordRemoved      = "RecordRemovedExternally"
+	ReasonWebhookUnhealthy  = "WebhookUnhealthy"
+	ReasonWebhookRecovered  = "WebhookRecovered"
+	ReasonForceOpen         = "ForceOpen"
+	ReasonForceClosed       = "ForceClosed"
+	ReasonBreakerDeleted    = "BreakerDeleted"
+	ReasonOpenActionChanged = "OpenActionChanged"
+	ReasonExternalChange    = "ExternalChange"
+	ReasonRecordRemoved     = "RecordRemovedExternally"
+	// ReasonClosedExternally closes a window whose record was gone before
+	// the controller looked again (a break-glass restore while it was away).
+	ReasonClosedExternally   = "ClosedExternally"
 	ReasonDisarmed           = "Disarmed"
 	ReasonAlreadyFailOpen    = "AlreadyFailOpen"
 	ReasonObserving          = "Observing"

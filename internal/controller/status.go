@@ -125,7 +125,7 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		s.TargetUID = obs.cfg.Object.GetUID()
 	}
 	if in.TargetFound && after.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, d.Reason, now)
+		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, in.State.Record, d), now)
 		s.Record = ours
 	}
 
@@ -133,6 +133,10 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	if sig := obs.signal; sig != nil {
 		s.APIServer = &v1alpha1.APIServerSignalStatus{Failing: sig.Failing, FailureRatePercent: int32(sig.FailureRate),
 			Calls: sig.Calls, Failures: sig.Failures, Message: sig.Message}
+		if !sig.At.IsZero() {
+			at := metav1.NewTime(sig.At.Truncate(time.Second))
+			s.APIServer.ObservedAt = &at
+		}
 	}
 	if rearmRequested(b) {
 		s.ObservedRearm = b.Annotations[RearmAnnotation]
@@ -236,6 +240,18 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		set(ConditionReady, true, ReasonArmed, "tripswitch can open and close this webhook's circuit")
 	}
 	return s
+}
+
+// closeReason is why the window of the record the status mirrored closed:
+// this reconcile's reason, unless the record was already gone (or replaced)
+// when it read the configuration — closed outside this reconcile, as by a
+// break-glass restore while the controller was away; this reconcile's
+// decision says nothing about that.
+func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision) string {
+	if mirrored != nil && d.Reason != ReasonRecordRemoved && (read == nil || !read.OpenedAt.Equal(&mirrored.OpenedAt)) {
+		return ReasonClosedExternally
+	}
+	return d.Reason
 }
 
 // updateHistory opens a window when a record appears and closes the last one
