@@ -38,7 +38,7 @@ type Status struct {
 	// Unreadable: the last read of the API server's metrics failed, so the
 	// signal is blind; Message says why and, when it is a permission, which.
 	// At is when these numbers were taken (zero before the first read).
-	At time.Time
+	At         time.Time
 	Unreadable bool
 }
 
