@@ -54,7 +54,7 @@ type HTTPProber struct {
 	// transports keeps one keep-alive transport per destination and trust,
 	// as the API server keeps its webhook clients: a steady probe then costs
 	// a request, not a TCP and TLS handshake.
-	transports sync.Map // transportKey -> *http.Transport
+	transports sync.Map // transportKey -> *destination
 	entries    atomic.Int64
 	// pools caches each caBundle's parsed certificates by its hash.
 	pools       sync.Map // [sha256.Size]byte -> *x509.CertPool (nil: no PEM certificate)
@@ -163,38 +163,96 @@ func (p *HTTPProber) dial() func(ctx context.Context, network, addr string) (net
 	return (&net.Dialer{Timeout: connectTimeout}).DialContext
 }
 
+// probeOne sends one request to ep and judges the answer within t.Timeout.
+//
+// A probe that times out does not cancel its request: the request keeps its
+// connection until it is answered or holdTimeout passes, and a later probe
+// of the same destination waits for it (within its own timeout) instead of
+// opening another. Cancelling would close the connection (HTTP/1.1 cannot
+// abandon a request and keep its connection), so every probe of a slow
+// webhook would pay a TCP and TLS handshake and leave a closing connection
+// behind. So a destination holds at most one connection and one request in
+// flight, however long it hangs and at whatever stage. Only a cancelled
+// probe (the monitor stopped) cancels its request.
 func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result {
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
 	}
-	req, uid, err := newRequest(ctx, t, ep.url, p.Requester)
+	d := p.destination(ep)
+	select {
+	case d.slot <- struct{}{}:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Result{Status: Unhealthy, Reason: fmt.Sprintf("timeout after %s (the previous probe's request, sent %s ago, is still unanswered)",
+				t.Timeout, time.Since(time.Unix(0, d.since.Load())).Round(time.Millisecond))}
+		}
+		return classify(ctx, ctx.Err(), t.Timeout)
+	}
+	d.since.Store(time.Now().UnixNano())
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), holdTimeout)
+	stopWatch := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			rcancel()
+		}
+	})
+	req, uid, err := newRequest(rctx, t, ep.url, p.Requester)
 	if err != nil {
+		stopWatch()
+		rcancel()
+		<-d.slot
 		return Result{Status: Unknown, Reason: err.Error()}
 	}
-	resp, err := p.client(ep).Do(req)
-	if err != nil {
-		return classify(ctx, err, t.Timeout)
+	type answer struct {
+		code int
+		body []byte
+		err  error
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err == nil && ctx.Err() != nil {
-		// The transport can hand over an answer that raced the deadline; the
-		// API server would have given up on it, so it is a timeout.
-		err = ctx.Err()
+	answered := make(chan answer, 1)
+	go func() {
+		defer func() { <-d.slot }()
+		defer rcancel()
+		defer stopWatch()
+		resp, err := d.client.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		_ = resp.Body.Close()
+		answered <- answer{code: resp.StatusCode, body: body, err: err}
+	}()
+	select {
+	case a := <-answered:
+		if a.err == nil && ctx.Err() != nil {
+			// An answer that raced the deadline: the API server would have
+			// given up on it, so it is a timeout.
+			a.err = ctx.Err()
+		}
+		if a.err != nil {
+			return classify(ctx, a.err, t.Timeout)
+		}
+		return judge(t, uid, a.code, a.body)
+	case <-ctx.Done():
+		return classify(ctx, ctx.Err(), t.Timeout)
 	}
-	if err != nil {
-		return classify(ctx, err, t.Timeout)
-	}
-	return judge(t, uid, resp.StatusCode, body)
 }
 
-func (p *HTTPProber) client(ep endpoint) *http.Client {
-	return &http.Client{
-		Transport:     p.transport(ep),
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+// holdTimeout bounds how long a request may keep its destination after its
+// probe gave up on it: past it the connection is closed, and the next probe
+// dials again. Like connectTimeout, the longest probe timeout the API allows.
+const holdTimeout = connectTimeout
+
+// destination is one probe destination's transport and its single request
+// slot.
+type destination struct {
+	client *http.Client
+	t      *http.Transport
+	// slot holds a token while a request is in flight.
+	slot chan struct{}
+	// since is when the request in flight was sent, in Unix nanoseconds.
+	since atomic.Int64
 }
 
 // pool returns the certificate pool of a caBundle, parsed once per bundle
@@ -216,14 +274,15 @@ func (p *HTTPProber) pool(sum [sha256.Size]byte, pemBytes []byte) *x509.CertPool
 	return pool
 }
 
-// transport returns the pooled transport for ep, creating it on first use.
-// Connections are reused like the API server's webhook client reuses them;
-// a dead webhook still fails its probe, since a request on a broken
-// connection fails and a new connection is refused or times out.
-func (p *HTTPProber) transport(ep endpoint) *http.Transport {
+// destination returns the pooled transport and request slot for ep,
+// creating them on first use. Connections are reused like the API server's
+// webhook client reuses them; a dead webhook still fails its probe, since a
+// request on a broken connection fails and a new connection is refused or
+// times out.
+func (p *HTTPProber) destination(ep endpoint) *destination {
 	key := transportKey{url: ep.url, serverName: ep.serverName, dialAddr: ep.dialAddr, caBundle: ep.caBundle}
-	if t, ok := p.transports.Load(key); ok {
-		return t.(*http.Transport)
+	if d, ok := p.transports.Load(key); ok {
+		return d.(*destination)
 	}
 	dial := p.dial()
 	if ep.dialAddr != "" {
@@ -237,27 +296,30 @@ func (p *HTTPProber) transport(ep endpoint) *http.Transport {
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
 		Proxy:               nil,
 		MaxIdleConnsPerHost: 1,
-		// One connection per destination, dialing or open: a probe that finds
-		// the last one's dial still hanging waits for it (and times out on its
-		// own deadline) instead of opening another, so a hung webhook costs one
-		// connection however long it hangs.
+		// One connection per destination, dialing or open (with the request
+		// slot, one request at a time uses it).
 		MaxConnsPerHost:     1,
 		TLSHandshakeTimeout: connectTimeout,
-		IdleConnTimeout:     30 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	d := &destination{
+		t:      t,
+		client: &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		slot:   make(chan struct{}, 1),
 	}
 	if p.entries.Add(1) > maxTransports {
 		p.transports.Range(func(k, v any) bool {
-			v.(*http.Transport).CloseIdleConnections()
+			v.(*destination).t.CloseIdleConnections()
 			p.transports.Delete(k)
 			return true
 		})
 		p.entries.Store(1)
 	}
-	actual, loaded := p.transports.LoadOrStore(key, t)
+	actual, loaded := p.transports.LoadOrStore(key, d)
 	if loaded {
 		p.entries.Add(-1)
 	}
-	return actual.(*http.Transport)
+	return actual.(*destination)
 }
 
 func (p *HTTPProber) resolve(t Target) (endpoint, error) {

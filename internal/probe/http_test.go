@@ -402,3 +402,103 @@ func TestHungHandshakeCostsBoundedConnections(t *testing.T) {
 		t.Fatalf("%d probes left %d more goroutines", probes, grown)
 	}
 }
+
+// countingServer is a TLS server that counts the connections that
+// completed a handshake with it.
+func countingServer(t *testing.T, handler http.Handler) (*server, *atomic.Int64) {
+	t.Helper()
+	ca, err := selfsigned.NewCA("probe-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handshakes atomic.Int64
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert},
+		VerifyConnection: func(tls.ConnectionState) error { handshakes.Add(1); return nil }}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return &server{ca: ca, port: ln.Addr().(*net.TCPAddr).Port, addr: ln.Addr().String()}, &handshakes
+}
+
+// TestHangAtAnyStageCostsOneConnection: a webhook that completes TLS and
+// then never sends headers, one that sends headers and never finishes the
+// body, and one that answers correctly but too late: each costs one
+// connection and a constant number of goroutines however many probes time
+// out on it (a timed-out probe leaves its request on the connection rather
+// than closing it and dialing the next), and a slow webhook that recovers
+// answers the next probe on that same connection, with no new handshake.
+func TestHangAtAnyStageCostsOneConnection(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var slow atomic.Bool
+	slow.Store(true)
+	handlers := map[string]http.Handler{
+		"headers never sent": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}),
+		"body never finished": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("partial"))
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}),
+		"answers too late": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if slow.Load() {
+				time.Sleep(150 * time.Millisecond)
+			}
+			w.WriteHeader(http.StatusOK)
+		}),
+	}
+	for name, h := range handlers {
+		t.Run(name, func(t *testing.T) {
+			srv, handshakes := countingServer(t, h)
+			tgt := urlTarget(srv, "/healthz")
+			tgt.Timeout = 50 * time.Millisecond
+			p := &probe.HTTPProber{}
+			probeN := func(n int) {
+				for range n {
+					if r := p.Probe(t.Context(), tgt); r.Status != probe.Unhealthy || !strings.Contains(r.Reason, "timeout") {
+						t.Fatalf("%s: %s %q, want an Unhealthy timeout", name, r.Status, r.Reason)
+					}
+				}
+			}
+			probeN(10)
+			settled := runtime.NumGoroutine()
+			probeN(40)
+			if grown := runtime.NumGoroutine() - settled; grown > 3 {
+				t.Errorf("40 more timed-out probes left %d more goroutines", grown)
+			}
+			if n := handshakes.Load(); n != 1 {
+				t.Errorf("50 timed-out probes made %d TLS handshakes, want 1", n)
+			}
+			if name != "answers too late" {
+				return
+			}
+			slow.Store(false)
+			deadline := time.Now().Add(10 * time.Second)
+			for r := p.Probe(t.Context(), tgt); r.Status != probe.Healthy; r = p.Probe(t.Context(), tgt) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the recovered webhook is still %s: %q", r.Status, r.Reason)
+				}
+			}
+			if n := handshakes.Load(); n != 1 {
+				t.Errorf("recovery took %d handshakes, want the one kept connection", n)
+			}
+		})
+	}
+}

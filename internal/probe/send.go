@@ -33,7 +33,7 @@ func (p *HTTPProber) Send(ctx context.Context, cc admissionregistrationv1.Webhoo
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := p.client(ep).Do(req)
+	resp, err := p.destination(ep).client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
