@@ -133,8 +133,8 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal: a replica taking over from a leader that died waits up to this long, so it bounds how late a circuit opens or closes after a leader crash")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down; must be less than the lease duration")
 	fs.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
-	fs.Float64Var(&f.qps, "kube-api-qps", 50, "steady rate of requests to the API server; a quiet controller makes well under 1 per second")
-	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above --kube-api-qps: an outage of every webhook at once costs about 3 per breaker (patch, status, event), all due within a probe interval; the API server's priority and fairness still queues them")
+	fs.Float64Var(&f.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative (the default): none, so the API server's priority and fairness is what queues them. A quiet controller makes well under 1 per second; an outage of every webhook at once costs about 4 per breaker (read, patch, status, event), all due within a probe interval, which a client-side limit would spread over many seconds")
+	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above a positive --kube-api-qps")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 32, "breakers reconciled in parallel")
 	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
@@ -149,8 +149,8 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	if f.signalInterval < time.Second {
 		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)
 	}
-	if f.qps <= 0 || f.burst < 1 || f.concurrency < 1 {
-		return nil, fmt.Errorf("--kube-api-qps, --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)
+	if f.qps == 0 || f.burst < 1 || f.concurrency < 1 {
+		return nil, fmt.Errorf("--kube-api-qps must be positive, or negative for no client-side limit; --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)
 	}
 	if f.leaderElect && f.renewDeadline >= f.leaseDuration {
 		return nil, fmt.Errorf("--leader-election-renew-deadline (%s) must be less than --leader-election-lease-duration (%s)", f.renewDeadline, f.leaseDuration)

@@ -1,14 +1,18 @@
 // Command scale measures the controller at scale on a real control plane:
-// N webhook configurations, each with one TLS webhook on 127.0.0.1, and N
-// breakers (probe every 1s, 250ms deadline, open after 3 failures, close
-// after 5 successes). It runs the controller binary as a process of its own
-// and prints, as a table: the controller's CPU, RSS and API requests per
-// second in the steady state, the API server's CPU, how long after a fault
-// in every webhook at once the first and last circuit opened, how long after
-// recovery they closed, and whether every configuration is byte-identical to
-// its original afterwards.
+// N breakers on N/per-config webhook configurations of per-config TLS
+// webhooks on 127.0.0.1 (timeoutSeconds 1), served by one server per
+// configuration or per webhook; probes every 1s with a 250ms deadline, open
+// after 3 failures, close after 5 successes. It runs the controller binary
+// as a process of its own and prints, as a table: how long until every
+// breaker is Closed and healthy, the controller's CPU, RSS, goroutines, open
+// files and API requests per second in the steady state, the API server's
+// CPU, how long after a fault in every webhook at once the first and last
+// circuit opened, how long after recovery they closed, the peaks during the
+// storm, and whether every configuration is byte-identical to its original
+// afterwards. The fault is a slow webhook (every answer 2s late, past the
+// API server's and the probe's timeouts), or -fault 503.
 //
-//	go run ./hack/scale -n 200
+//	go run ./hack/scale -n 1000 -per-config 4
 package main
 
 import (
@@ -51,17 +55,36 @@ const (
 )
 
 func main() {
-	n := flag.Int("n", 200, "breakers (and webhook configurations)")
-	steady := flag.Duration("steady", 30*time.Second, "how long to measure the steady state")
+	var o options
+	flag.IntVar(&o.n, "n", 200, "breakers (one per webhook)")
+	flag.IntVar(&o.perConfig, "per-config", 1, "webhooks per webhook configuration")
+	flag.StringVar(&o.servers, "servers", "config", "one webhook server per configuration (config) or per webhook (webhook)")
+	flag.StringVar(&o.fault, "fault", "slow", "the fault in every webhook at once: slow (answers 2s late) or 503")
+	flag.DurationVar(&o.steady, "steady", 30*time.Second, "how long to measure the steady state")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
 	flag.Parse()
-	if err := run(*n, *steady); err != nil {
+	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") {
+		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503")
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, steady time.Duration) error {
+type options struct {
+	n, perConfig   int
+	servers, fault string
+	steady         time.Duration
+}
+
+// slowBy is how late every answer is during the slow fault: past the
+// webhooks' timeoutSeconds (1) and the probes' deadline.
+const slowBy = 2 * time.Second
+
+func run(o options) error {
+	n, steady := o.n, o.steady
 	ctx := context.Background()
 	env, err := testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	if err != nil {
@@ -70,25 +93,17 @@ func run(n int, steady time.Duration) error {
 	defer func() { _ = env.Stop() }()
 	c := env.Client
 
+	configs := (n + o.perConfig - 1) / o.perConfig
+	nServers := configs
+	if o.servers == "webhook" {
+		nServers = n
+	}
 	var down atomic.Bool
-	addrs, caPEM, stopHook, err := webhookServers(n, &down)
+	addrs, caPEM, stopHook, err := webhookServers(nServers, &down, o.fault)
 	if err != nil {
 		return err
 	}
 	defer stopHook()
-
-	fmt.Printf("creating %d webhook configurations and breakers...\n", n)
-	originals := map[string]string{}
-	for i := range n {
-		cfg := configuration(i, addrs[i], caPEM)
-		if err := c.Create(ctx, cfg); err != nil {
-			return err
-		}
-		originals[cfg.Name] = fingerprint(cfg)
-		if err := c.Create(ctx, breaker(i)); err != nil {
-			return err
-		}
-	}
 
 	ctrlProc, metricsAddr, err := startController(env)
 	if err != nil {
@@ -96,10 +111,35 @@ func run(n int, steady time.Duration) error {
 	}
 	defer func() { _ = ctrlProc.Process.Kill(); _, _ = ctrlProc.Process.Wait() }()
 
+	fmt.Printf("creating %d webhook configurations of %d webhooks, %d breakers, %d webhook servers...\n", configs, o.perConfig, n, nServers)
+	created := time.Now()
+	originals := map[string]string{}
+	for i := range configs {
+		hooks := min(o.perConfig, n-i*o.perConfig)
+		servers := make([]string, hooks)
+		for j := range hooks {
+			servers[j] = addrs[i%nServers]
+			if o.servers == "webhook" {
+				servers[j] = addrs[i*o.perConfig+j]
+			}
+		}
+		cfg := configuration(i, servers, caPEM)
+		if err := c.Create(ctx, cfg); err != nil {
+			return err
+		}
+		originals[cfg.Name] = fingerprint(cfg)
+		for j := range hooks {
+			if err := c.Create(ctx, breaker(i, j)); err != nil {
+				return err
+			}
+		}
+	}
+
 	fmt.Println("waiting for every breaker to be Closed, Ready and past its healthy verdict...")
 	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) { return allReady(ctx, c, n) }); err != nil {
 		return fmt.Errorf("breakers never all Ready: %w", err)
 	}
+	readyAfter := time.Since(created)
 	time.Sleep(2 * interval) // let the last reconciles settle
 
 	apiserver := findProcess("kube-apiserver")
@@ -115,8 +155,10 @@ func run(n int, steady time.Duration) error {
 	}
 	secs := steady.Seconds()
 	rss := rssMiB(ctrlProc.Process.Pid)
+	steadyG := gauges(metricsAddr)
 
-	fmt.Println("fault in every webhook...")
+	fmt.Printf("fault in every webhook (%s)...\n", o.fault)
+	peak := watchPeaks(ctrlProc.Process.Pid, metricsAddr)
 	down.Store(true)
 	faultAt := time.Now()
 	firstOpen, lastOpen, err := until(ctx, c, n, faultAt, func(open int) bool { return open == n })
@@ -129,27 +171,30 @@ func run(n int, steady time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
+	peaks := peak()
 	changed, err := compare(ctx, c, originals)
 	if err != nil {
 		return err
 	}
-	rssAfter := rssMiB(ctrlProc.Process.Pid)
 
-	fmt.Printf("\n| breakers | controller CPU | controller API req/s | API server CPU | controller RSS | fault → first open | fault → last open (goal %s) | recovery → first closed | recovery → last closed (goal %s) | configurations changed after |\n",
-		failureThreshold*interval+time.Second, successThreshold*interval+time.Second)
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	fmt.Printf("| %d | %.1f %% | %.2f | %.1f %% | %.0f MiB (after the storm: %.0f) | %.2f s | %.2f s | %.2f s | %.2f s | %d |\n",
-		n, 100*(cpu1-cpu0)/secs, (req1-req0)/secs, 100*(api1-api0)/secs, rss, rssAfter,
-		firstOpen.Seconds(), lastOpen.Seconds(), firstClose.Seconds(), lastClose.Seconds(), changed)
+	fmt.Printf("\n| breakers | configurations × webhooks | servers | fault | all Closed+healthy after create | controller CPU | API req/s | API server CPU | RSS | goroutines (per breaker) | open files | fault → first / last open (goal %s) | recovery → first / last closed (goal %s) | storm peak RSS / goroutines / files | configurations changed after |\n",
+		failureThreshold*interval+2*time.Second, successThreshold*interval+3*time.Second)
+	fmt.Println("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| %d | %d × %d | %d | %s | %.1f s | %.1f %% | %.2f | %.1f %% | %.0f MiB | %.0f (%.1f) | %.0f | %.2f / %.2f s | %.2f / %.2f s | %.0f MiB / %.0f / %.0f | %d |\n",
+		n, configs, o.perConfig, nServers, o.fault, readyAfter.Seconds(), 100*(cpu1-cpu0)/secs, (req1-req0)/secs, 100*(api1-api0)/secs, rss,
+		steadyG["go_goroutines"], steadyG["go_goroutines"]/float64(n), steadyG["process_open_fds"],
+		firstOpen.Seconds(), lastOpen.Seconds(), firstClose.Seconds(), lastClose.Seconds(),
+		peaks.rss, peaks.goroutines, peaks.fds, changed)
 	if changed > 0 {
 		return fmt.Errorf("%d configurations differ from their originals", changed)
 	}
 	return nil
 }
 
-// webhookServers serve /healthz with TLS on n ports of 127.0.0.1, one per
-// webhook as n real webhook services would be: 200, or 503 while down.
-func webhookServers(n int, down *atomic.Bool) (addrs []string, caPEM []byte, stop func(), err error) {
+// webhookServers serve TLS on n ports of 127.0.0.1, as n real webhook
+// services would: an answer at once, or while down a 503 or the same
+// answer slowBy late.
+func webhookServers(n int, down *atomic.Bool, fault string) (addrs []string, caPEM []byte, stop func(), err error) {
 	ca, err := selfsigned.NewCA("scale-ca")
 	if err != nil {
 		return nil, nil, nil, err
@@ -158,10 +203,17 @@ func webhookServers(n int, down *atomic.Bool) (addrs []string, caPEM []byte, sto
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {
-			http.Error(w, "injected fault", http.StatusServiceUnavailable)
-			return
+			if fault == "503" {
+				http.Error(w, "injected fault", http.StatusServiceUnavailable)
+				return
+			}
+			select {
+			case <-time.After(slowBy):
+			case <-r.Context().Done():
+				return
+			}
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
@@ -189,29 +241,36 @@ func webhookServers(n int, down *atomic.Bool) (addrs []string, caPEM []byte, sto
 	return addrs, ca.PEM, stop, nil
 }
 
-func configuration(i int, addr string, caPEM []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+func configuration(i int, addrs []string, caPEM []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
 	name := fmt.Sprintf("scale-%04d", i)
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "w." + name + ".tripswitch.test",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate"), CABundle: caPEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			// The API server never calls it: only the controller's probes do.
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"scale": "never"}},
-		}},
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for j, addr := range addrs {
+		cfg.Webhooks = append(cfg.Webhooks, webhook(webhookName(i, j), addr, caPEM))
+	}
+	return cfg
+}
+
+func webhookName(i, j int) string { return fmt.Sprintf("w%d.scale-%04d.tripswitch.test", j, i) }
+
+func webhook(name, addr string, caPEM []byte) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
+		Name:                    name,
+		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate"), CABundle: caPEM},
+		Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		AdmissionReviewVersions: []string{"v1"},
+		FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+		TimeoutSeconds:          ptr.To[int32](1),
+		// The API server never calls it: only the controller's probes do.
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"scale": "never"}},
 	}
 }
 
-func breaker(i int) *v1alpha1.WebhookCircuitBreaker {
-	name := fmt.Sprintf("scale-%04d", i)
+func breaker(i, j int) *v1alpha1.WebhookCircuitBreaker {
 	return &v1alpha1.WebhookCircuitBreaker{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%04d-%d", i, j)},
 		Spec: v1alpha1.WebhookCircuitBreakerSpec{
-			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: name, WebhookName: "w." + name + ".tripswitch.test"},
+			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: fmt.Sprintf("scale-%04d", i), WebhookName: webhookName(i, j)},
 			AllowAdmissionWithoutMutation: true,
 			Probe: v1alpha1.ProbeSpec{
 				Interval: &metav1.Duration{Duration: interval}, Timeout: &metav1.Duration{Duration: 250 * time.Millisecond},
@@ -425,4 +484,49 @@ func requests(addr string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// gauges reads the controller's process gauges from its metrics.
+func gauges(addr string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		name, value, ok := strings.Cut(s.Text(), " ")
+		if ok && (name == "go_goroutines" || name == "process_open_fds") {
+			out[name], _ = strconv.ParseFloat(value, 64)
+		}
+	}
+	return out
+}
+
+type peaks struct{ rss, goroutines, fds float64 }
+
+// watchPeaks samples the controller every 500ms until the returned function
+// is called, which returns the peaks.
+func watchPeaks(pid int, addr string) func() peaks {
+	var p peaks
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			g := gauges(addr)
+			p.rss = max(p.rss, rssMiB(pid))
+			p.goroutines = max(p.goroutines, g["go_goroutines"])
+			p.fds = max(p.fds, g["process_open_fds"])
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() peaks { close(stop); <-done; return p }
 }

@@ -68,7 +68,27 @@ type Reconciler struct {
 	Signals SignalSource
 
 	written sync.Map // breaker name -> resourceVersion of the last write to it
+	// targets serialises the writes to one webhook configuration: the
+	// breakers of its webhooks, opened by one outage, would otherwise race
+	// each other's patches and all but one be refused and retried.
+	targets sync.Map // kind/name -> *sync.Mutex
 }
+
+// lockTarget takes t's configuration's write lock if it is free; the
+// result releases it, and is nil when another reconcile holds it.
+func (r *Reconciler) lockTarget(t v1alpha1.Target) func() {
+	m, _ := r.targets.LoadOrStore(string(t.Kind)+"/"+t.ConfigurationName, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	if !mu.TryLock() {
+		return nil
+	}
+	return mu.Unlock
+}
+
+// lockedRetry is how soon a breaker whose configuration another reconcile
+// is writing is looked at again: a write takes a few round trips, and the
+// worker meanwhile serves other breakers instead of waiting.
+const lockedRetry = 20 * time.Millisecond
 
 // wrote remembers the breaker's resourceVersion after this controller wrote
 // it (or read it fresh).
@@ -122,6 +142,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
 	}
+	if r.lagging(&b) {
+		// The watch has not shown this controller's last write to the
+		// breaker (its status or finalizer a moment ago): anything decided or
+		// written on this version would be refused, so read it fresh.
+		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
+		}
+		r.wrote(&b)
+	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
 		"target", string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
@@ -143,21 +175,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	in := r.input(&b, obs, deleting)
 	d := Decide(in)
-	if d.Write != WriteNone && r.lagging(&b) {
-		// The cache has not caught up with the status this controller wrote
-		// last (a disarm a moment ago): read the breaker from the API server
-		// and decide again. A stale target needs no such read: every patch
-		// carries the resourceVersion it was decided on, so a stale one is
-		// refused with a conflict and decided again.
-		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
-			if apierrors.IsNotFound(err) {
-				return ctrl.Result{}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
+	if d.Write != WriteNone {
+		// Before a write, decide again on what the API server has now, with
+		// the configuration's write lock held: one writer per configuration at
+		// a time (the breakers of its webhooks, opened by one outage, would
+		// otherwise race each other's patches and all but one be refused), and
+		// no decision on a watch that has not yet shown the last write
+		// (another breaker's a moment ago). Writes are rare, so the extra reads are too; a
+		// patch still carries the resourceVersion it was decided on, so a
+		// writer outside this process makes it fail and be decided again.
+		unlock := r.lockTarget(b.Spec.Target)
+		if unlock == nil {
+			return ctrl.Result{RequeueAfter: lockedRetry}, nil
 		}
-		r.wrote(&b)
-		deleting = !b.DeletionTimestamp.IsZero()
-		if obs, err = r.observe(ctx, &b, deleting); err != nil {
+		defer unlock()
+		if obs, err = r.observeFrom(ctx, &b, deleting, true); err != nil {
 			return ctrl.Result{}, err
 		}
 		in = r.input(&b, obs, deleting)
@@ -229,11 +261,17 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 // observe reads the target, from its watch when it has synced
 // or from the API server, and the health the monitor has gathered.
 func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting bool) (observed, error) {
+	return r.observeFrom(ctx, b, deleting, false)
+}
+
+// observeFrom is observe; fresh reads the target from the API server
+// rather than from its watch.
+func (r *Reconciler) observeFrom(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting, fresh bool) (observed, error) {
 	var obs observed
 	t := b.Spec.Target
 	var obj client.Object
 	found, cached := false, false
-	if r.Targets != nil {
+	if r.Targets != nil && !fresh {
 		obj, found, cached = r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
 	}
 	if !cached {
