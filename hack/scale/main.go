@@ -353,7 +353,7 @@ func allReady(ctx context.Context, c client.Client, n int) (bool, error) {
 	return ready == n, nil
 }
 
-// until polls the configurations every 100ms until done(open) holds, and
+// until polls the configurations every 250ms until done(open) holds, and
 // returns when the count of open ones first and last changed after start.
 func until(ctx context.Context, c client.Client, n int, start time.Time, done func(open int) bool) (first, last time.Duration, err error) {
 	prev := -1
@@ -385,7 +385,7 @@ func until(ctx context.Context, c client.Client, n int, start time.Time, done fu
 		if time.Now().After(deadline) {
 			return first, last, fmt.Errorf("%d of %d circuits open after 2 minutes", open, n)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a list of every configuration: not too often, it loads the API server
 	}
 }
 

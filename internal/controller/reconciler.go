@@ -66,6 +66,9 @@ type Reconciler struct {
 	// Signals, if set, keeps the API server signal of breakers with
 	// spec.apiServerSignal enabled.
 	Signals SignalSource
+	// Requeue queues a breaker for reconciling; nil: a breaker waiting for
+	// its configuration's write lock polls for it instead.
+	Requeue func(breaker string)
 
 	written sync.Map // breaker name -> resourceVersion of the last write to it
 	// targets serialises the writes to one webhook configuration: the
@@ -74,21 +77,45 @@ type Reconciler struct {
 	targets sync.Map // kind/name -> *sync.Mutex
 }
 
-// lockTarget takes t's configuration's write lock if it is free; the
-// result releases it, and is nil when another reconcile holds it.
-func (r *Reconciler) lockTarget(t v1alpha1.Target) func() {
-	m, _ := r.targets.LoadOrStore(string(t.Kind)+"/"+t.ConfigurationName, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	if !mu.TryLock() {
-		return nil
-	}
-	return mu.Unlock
+// targetLock is one configuration's write lock, and the breakers that
+// found it taken.
+type targetLock struct {
+	mu      sync.Mutex
+	held    bool
+	waiting map[string]struct{}
 }
 
-// lockedRetry is how soon a breaker whose configuration another reconcile
-// is writing is looked at again: a write takes a few round trips, and the
-// worker meanwhile serves other breakers instead of waiting.
-const lockedRetry = 20 * time.Millisecond
+// lockTarget takes t's configuration's write lock for breaker, if it is
+// free, and returns its release; nil when another reconcile holds it. Then
+// breaker is queued again when the holder releases it: the worker serves
+// other breakers meanwhile instead of waiting, and nothing spins.
+func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
+	v, _ := r.targets.LoadOrStore(string(t.Kind)+"/"+t.ConfigurationName, &targetLock{waiting: map[string]struct{}{}})
+	l := v.(*targetLock)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held {
+		l.waiting[breaker] = struct{}{}
+		return nil
+	}
+	l.held = true
+	return func() {
+		l.mu.Lock()
+		l.held = false
+		waiting := l.waiting
+		l.waiting = map[string]struct{}{}
+		l.mu.Unlock()
+		for name := range waiting {
+			if r.Requeue != nil {
+				r.Requeue(name)
+			}
+		}
+	}
+}
+
+// lockedRetry is when a breaker that found its configuration's lock taken
+// is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
+const lockedRetry = time.Second
 
 // wrote remembers the breaker's resourceVersion after this controller wrote
 // it (or read it fresh).
@@ -184,9 +211,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// (another breaker's a moment ago). Writes are rare, so the extra reads are too; a
 		// patch still carries the resourceVersion it was decided on, so a
 		// writer outside this process makes it fail and be decided again.
-		unlock := r.lockTarget(b.Spec.Target)
+		unlock := r.lockTarget(b.Spec.Target, b.Name)
 		if unlock == nil {
-			return ctrl.Result{RequeueAfter: lockedRetry}, nil
+			retry := lockedRetry
+			if r.Requeue == nil {
+				retry = 20 * time.Millisecond
+			}
+			return ctrl.Result{RequeueAfter: retry}, nil
 		}
 		defer unlock()
 		if obs, err = r.observeFrom(ctx, &b, deleting, true); err != nil {

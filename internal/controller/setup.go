@@ -146,6 +146,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		Metrics:   metrics,
 		Audits:    audits,
 		Signals:   signals,
+		Requeue:   enqueue,
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).
