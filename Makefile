@@ -11,7 +11,7 @@ LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate e
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
-.PHONY: all help tools test test-short test-e2e lint generate verify build demo run bench
+.PHONY: all help tools test test-short test-e2e lint generate verify build release demo run bench
 
 # The end-to-end packages: the controller as a process, Helm and kustomize
 # installs, failover. They take most of `make test`'s time.
@@ -81,6 +81,12 @@ build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/tripswitch ./cmd/tripswitch
 	go run ./hack/checkstatic bin/tripswitch
 	bin/tripswitch --version
+
+## release: image index (amd64+arm64, OCI layout), chart, install.yaml and SHA256SUMS in dist/ (VERSION=vX.Y.Z, offline)
+REPOSITORY ?= ghcr.io/tripswitch-dev/tripswitch
+release:
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "make release needs VERSION=vX.Y.Z (got $(VERSION))"; exit 1;; esac
+	go run ./hack/release -version $(VERSION) -repository $(REPOSITORY) -out dist
 
 ## demo: the delayed-webhook experiment on a real API server (Ignore, then Bypass)
 demo: tools

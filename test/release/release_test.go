@@ -1,0 +1,195 @@
+// Package release builds the release artifacts with hack/release, as
+// `make release` does, and reads them back.
+package release
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+)
+
+const version = "v0.0.0-test.1"
+
+func release(t *testing.T, out string) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./hack/release", "-version", version, "-out", out)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1800000000")
+	if data, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("release: %v\n%s", err, data)
+	}
+}
+
+// TestReleaseArtifacts: the image index holds both platforms, each a
+// non-root image whose entrypoint is the binary, with the CA roots; the
+// amd64 binary, taken out of its layer, prints the version; the chart and
+// install.yaml name exactly that tag; SHA256SUMS matches every artifact;
+// and a second build from the same inputs has the same index digest.
+func TestReleaseArtifacts(t *testing.T) {
+	out := t.TempDir()
+	release(t, out)
+
+	p, err := layout.FromPath(filepath.Join(out, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The layout's index.json is the image index itself (what
+	// `crane push --index` pushes).
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, _ := idx.Digest()
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	platforms := map[string]bool{}
+	for _, d := range im.Manifests {
+		if d.Platform == nil {
+			t.Fatalf("manifest %s has no platform", d.Digest)
+		}
+		platforms[d.Platform.OS+"/"+d.Platform.Architecture] = true
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Config.User != "65532:65532" || strings.Join(cfg.Config.Entrypoint, " ") != "/tripswitch" ||
+			cfg.OS != d.Platform.OS || cfg.Architecture != d.Platform.Architecture {
+			t.Errorf("%s: user %q, entrypoint %v, platform %s/%s", d.Platform.Architecture, cfg.Config.User, cfg.Config.Entrypoint, cfg.OS, cfg.Architecture)
+		}
+		files := layerFiles(t, img)
+		if !bytes.Contains(files["etc/ssl/certs/ca-certificates.crt"], []byte("BEGIN CERTIFICATE")) {
+			t.Errorf("%s: no CA roots", d.Platform.Architecture)
+		}
+		for name := range files {
+			if strings.HasPrefix(name, "bin/") || name == "bin/sh" {
+				t.Errorf("%s: the image has %s", d.Platform.Architecture, name)
+			}
+		}
+		if d.Platform.Architecture == runtime.GOARCH && runtime.GOOS == "linux" {
+			bin := filepath.Join(t.TempDir(), "tripswitch")
+			if err := os.WriteFile(bin, files["tripswitch"], 0o755); err != nil {
+				t.Fatal(err)
+			}
+			got, err := exec.Command(bin, "--version").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(got)) != "tripswitch "+version {
+				t.Errorf("the image's binary --version: %q (%v), want %q", got, err, "tripswitch "+version)
+			}
+		}
+	}
+	if !platforms["linux/amd64"] || !platforms["linux/arm64"] || len(platforms) != 2 {
+		t.Errorf("platforms %v, want linux/amd64 and linux/arm64", platforms)
+	}
+
+	chrt, err := loader.Load(filepath.Join(out, "tripswitch-"+strings.TrimPrefix(version, "v")+".tgz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chrt.Metadata.AppVersion != version || chrt.Metadata.Version != strings.TrimPrefix(version, "v") {
+		t.Errorf("chart version %s, appVersion %s", chrt.Metadata.Version, chrt.Metadata.AppVersion)
+	}
+	if tag := chrt.Values["image"].(map[string]any)["tag"]; tag != "" {
+		t.Errorf("chart image.tag %v: the default must be the appVersion", tag)
+	}
+	install, err := os.ReadFile(filepath.Join(out, "install.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(install), "image: ghcr.io/tripswitch-dev/tripswitch:"+version+"\n"); n != 1 ||
+		strings.Count(string(install), "image: ") != 1 {
+		t.Errorf("install.yaml pins %d images to %s, has %d images", n, version, strings.Count(string(install), "image: "))
+	}
+
+	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(sums)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("SHA256SUMS:\n%s", sums)
+	}
+	for _, l := range lines {
+		sum, name, _ := strings.Cut(l, "  ")
+		data, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != sum {
+			t.Errorf("SHA256SUMS is wrong for %s", name)
+		}
+	}
+
+	again := t.TempDir()
+	release(t, again)
+	for _, name := range []string{"SHA256SUMS"} {
+		a, _ := os.ReadFile(filepath.Join(out, name))
+		b, _ := os.ReadFile(filepath.Join(again, name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("a second build from the same inputs differs:\n%s\n%s", a, b)
+		}
+	}
+	t.Logf("image index %s", digest)
+}
+
+// layerFiles returns every regular file of an image's layers.
+func layerFiles(t *testing.T, img v1.Image) map[string][]byte {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				data, err := io.ReadAll(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files[h.Name] = data
+			}
+		}
+		_ = rc.Close()
+	}
+	return files
+}
