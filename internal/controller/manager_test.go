@@ -38,6 +38,17 @@ func (s *switchable) Probe(context.Context, probe.Target) probe.Result {
 	return probe.Result{Status: probe.Healthy, Reason: "scripted"}
 }
 
+// counted counts the probes a prober made.
+type counted struct {
+	probe.Prober
+	n atomic.Int64
+}
+
+func (c *counted) Probe(ctx context.Context, t probe.Target) probe.Result {
+	defer c.n.Add(1)
+	return c.Prober.Probe(ctx, t)
+}
+
 // runManager runs a full manager (leader election on) until the returned stop
 // is called; it reconciles only the breaker named id. onWrite, if set, is called after every successful write.
 func runManager(t *testing.T, id string, p probe.Prober, onWrite func()) (stop func()) {
@@ -229,16 +240,33 @@ func crashCycle(t *testing.T, k int) (fired bool) {
 			close(crashed)
 		}
 	})
-	phase := "open"
-	select {
-	case <-crashed:
-	case <-time.After(5 * time.Second):
-		// Fewer than k writes while opening: crash during the close instead.
-		phase = "close"
-		p.down.Store(false)
+	// Wait for the event, never for a time: the k-th write, or the circuit
+	// opened and reported with fewer than k writes (then crash during the
+	// close instead), or the cycle complete with fewer than k (no crash point
+	// left). The bounds are only there to fail a hung test.
+	crashedNow := func() bool {
 		select {
 		case <-crashed:
-		case <-time.After(5 * time.Second):
+			return true
+		default:
+			return false
+		}
+	}
+	settled := func(open bool) bool {
+		cfg := b.getConfig()
+		st := b.getBreaker(wcb.Name).Status.State
+		if open {
+			return hasRecord(cfg) && st == v1alpha1.StateOpen
+		}
+		return !hasRecord(cfg) && st == v1alpha1.StateClosed
+	}
+	phase := "open"
+	eventually(t, "the k-th write or the circuit open", func() bool { return crashedNow() || settled(true) })
+	if !crashedNow() {
+		phase = "close"
+		p.down.Store(false)
+		eventually(t, "the k-th write or the circuit closed", func() bool { return crashedNow() || settled(false) })
+		if !crashedNow() {
 			stop()
 			return false
 		}
@@ -267,12 +295,16 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	b := newBed(t)
 	orig := b.createConfig(nil) // caBundle "not-a-real-ca-...": not PEM
 	wcb := b.createBreaker(b.cfg, fastBreaker)
-	runManager(t, b.cfg, &probe.HTTPProber{}, nil)
+	p := &counted{Prober: &probe.HTTPProber{}}
+	runManager(t, b.cfg, p, nil)
 	eventually(t, "ProbeUnsupported reported", func() bool {
 		c := condition(b.getBreaker(wcb.Name), controller.ConditionProbeUnsupported)
 		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "caBundle holds no PEM certificate")
 	})
-	time.Sleep(time.Second) // ten more probe intervals
+	// Ten more probes (not a time: a busy machine probes late), then the
+	// breaker has had every chance to open.
+	seen := p.n.Load()
+	eventually(t, "ten more probes", func() bool { return p.n.Load() >= seen+10 })
 	cfg := b.getConfig()
 	if hasRecord(cfg) || webhookJSON(t, cfg, target) != webhookJSON(t, orig, target) {
 		t.Fatalf("an unprobeable webhook was opened: %s", webhookJSON(t, cfg, target))
@@ -296,10 +328,16 @@ func TestEditsAreSeenWhenTheyHappen(t *testing.T) {
 		fastBreaker(w)
 		w.Spec.Mode = v1alpha1.ModeForceOpen
 	})
-	p := &switchable{}
+	p := &counted{Prober: &switchable{}}
 	runManager(t, b.cfg, p, nil)
 	eventually(t, "forced open", func() bool { return hasRecord(b.getConfig()) })
-	time.Sleep(500 * time.Millisecond) // probes saturate: from here on they change nothing
+	// Probes saturate their counts after a few: from then on they change
+	// nothing, so only the watch can bring the edit in.
+	probes := func(n int64) {
+		seen := p.n.Load()
+		eventually(t, "more probes", func() bool { return p.n.Load() >= seen+n })
+	}
+	probes(10)
 	start := time.Now()
 	b.setPolicy(admissionregistrationv1.Fail)
 	eventually(t, "the edit seen as an external change", func() bool {
@@ -307,8 +345,8 @@ func TestEditsAreSeenWhenTheyHappen(t *testing.T) {
 		c := condition(got, controller.ConditionExternalChange)
 		return c.Status == metav1.ConditionTrue && got.Status.State == v1alpha1.StateDisarmed && !hasRecord(b.getConfig())
 	})
-	// ForceOpen does not fight the administrator: still closed a while later.
-	time.Sleep(time.Second)
+	// ForceOpen does not fight the administrator: still closed ten probes later.
+	probes(10)
 	if hasRecord(b.getConfig()) || *hookOf(t, b.getConfig(), target).FailurePolicy != admissionregistrationv1.Fail {
 		t.Fatal("tripswitch reopened over the administrator's change")
 	}
