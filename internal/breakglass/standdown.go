@@ -151,13 +151,28 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	default:
 		return fmt.Errorf("breaker %s: %w", b.Name, err)
 	}
-	if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
-		return nil
+	// The restore recorded itself in the breaker's status, so read it again;
+	// anyone else's write in between only makes this try again.
+	var err2 error
+	for range 5 {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("breaker %s: %w", b.Name, err)
+		}
+		if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(b, v1alpha1.Finalizer)
+		err2 = s.Client.Patch(ctx, b, patch)
+		if err2 == nil || apierrors.IsNotFound(err2) {
+			return nil
+		}
+		if !apierrors.IsConflict(err2) {
+			break
+		}
 	}
-	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(b, v1alpha1.Finalizer)
-	if err := s.Client.Patch(ctx, b, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err)
-	}
-	return nil
+	return fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err2)
 }
