@@ -466,41 +466,41 @@ func findProcess(name string) int {
 	return best
 }
 
-// requests reads the controller's client-go request counters, by label set.
-func requests(addr string) map[string]float64 {
-	out := map[string]float64{}
+// scrapeMetrics calls line with every line of the controller's metrics.
+func scrapeMetrics(addr string, line func(string)) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return out
+		return
 	}
 	defer resp.Body.Close()
 	s := bufio.NewScanner(resp.Body)
 	for s.Scan() {
-		line := s.Text()
+		line(s.Text())
+	}
+}
+
+// requests reads the controller's client-go request counters, by label set.
+func requests(addr string) map[string]float64 {
+	out := map[string]float64{}
+	scrapeMetrics(addr, func(line string) {
 		if rest, ok := strings.CutPrefix(line, "rest_client_requests_total{"); ok {
 			i := strings.LastIndexByte(rest, ' ')
 			v, _ := strconv.ParseFloat(rest[i+1:], 64)
 			out[rest[:i]] += v
 		}
-	}
+	})
 	return out
 }
 
 // gauges reads the controller's process gauges from its metrics.
 func gauges(addr string) map[string]float64 {
 	out := map[string]float64{}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		name, value, ok := strings.Cut(s.Text(), " ")
+	scrapeMetrics(addr, func(line string) {
+		name, value, ok := strings.Cut(line, " ")
 		if ok && (name == "go_goroutines" || name == "process_open_fds") {
 			out[name], _ = strconv.ParseFloat(value, 64)
 		}
-	}
+	})
 	return out
 }
 
