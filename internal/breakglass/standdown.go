@@ -139,6 +139,12 @@ func (s StandDown) waitForLease(ctx context.Context, now func() time.Time) error
 // release restores a breaker's circuit, if its record is there, and removes
 // its finalizer.
 func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) error {
+	if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
+		// The controller puts the finalizer on before it can write to the
+		// target, so a breaker without one holds nothing open (and one whose
+		// configuration is not approved must not fail the uninstall).
+		return nil
+	}
 	t := b.Spec.Target
 	err := Restore(ctx, s.Client, t.Kind, t.ConfigurationName, t.WebhookName)
 	switch {

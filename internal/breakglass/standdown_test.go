@@ -51,6 +51,16 @@ func TestStandDown(t *testing.T) {
 		}
 	}
 	uids := map[string]types.UID{}
+	// A breaker without the finalizer (its configuration never approved, so
+	// not even readable) holds nothing and must not fail the stand-down.
+	unapproved := &v1alpha1.WebhookCircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Name: "unapproved"},
+		Spec: v1alpha1.WebhookCircuitBreakerSpec{AllowAdmissionWithoutMutation: true,
+			Target: v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: "sd-missing", WebhookName: "target.example.com"}},
+	}
+	if err := c.Create(ctx, unapproved); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"intact", "altered", "closed"} {
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: "sd-" + name},
@@ -84,7 +94,7 @@ func TestStandDown(t *testing.T) {
 	err := breakglass.StandDown{Client: c, Namespace: ns, Deployment: "tripswitch", Lease: "tripswitch.dev", Timeout: time.Minute, Log: &log}.Run(ctx)
 	t.Logf("stand down said:\n%s", log.String())
 	if err == nil || !strings.Contains(err.Error(), "breaker altered") || !strings.Contains(err.Error(), "someone changed") ||
-		!strings.Contains(err.Error(), "1 of 3 breakers not released") {
+		!strings.Contains(err.Error(), "1 of 4 breakers not released") {
 		t.Fatalf("stand down with a changed circuit: %v", err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(deploy), deploy); err != nil || *deploy.Spec.Replicas != 0 {
