@@ -410,7 +410,8 @@ type WebhookCircuitBreakerStatus struct {
 	// LastTransitionTime is when State last changed.
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
-	// Conditions: Ready, CircuitOpen, TargetFound, ExternalChange, ProbeUnsupported.
+	// Conditions: Ready, CircuitOpen, TargetFound, ExternalChange, ProbeUnsupported,
+	// ProbesLate (probes cannot keep their interval), APIServerSignal.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

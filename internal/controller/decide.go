@@ -61,6 +61,8 @@ const (
 	ReasonReconciled         = "Reconciled"
 	ReasonProbeUnsupported   = "ProbeUnsupported"
 	ReasonProbeSupported     = "ProbeSupported"
+	ReasonProbesLate         = "ProbesLate"
+	ReasonProbesOnTime       = "ProbesOnTime"
 	ReasonNotApproved        = "NotApproved"
 	ReasonSignalReading      = "Reading"
 	ReasonSignalUnreadable   = "Unreadable"

@@ -18,6 +18,7 @@ type Metrics struct {
 	conflicts   *prometheus.CounterVec
 	probes      *prometheus.CounterVec
 	probeTime   *prometheus.HistogramVec
+	probeLag    *prometheus.GaugeVec
 	audit       *prometheus.GaugeVec
 }
 
@@ -43,11 +44,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_probe_duration_seconds", Help: "Probe latency.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"breaker"}),
+		probeLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_probe_lag_seconds", Help: "How much later than its interval the breaker's last probe started: above half the interval, the controller cannot probe its breakers on time (the ProbesLate condition).",
+		}, []string{"breaker"}),
 		audit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_audit_objects", Help: "Objects admitted during the breaker's last audited open window, by the recovered webhook's verdict (Objected, WouldMutate, NoObjection, NotChecked, NotReviewed).",
 		}, []string{"breaker", "verdict"}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.audit} {
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -62,6 +66,7 @@ func (m *Metrics) ObserveProbe(breaker string, r probe.Result) {
 	}
 	m.probes.WithLabelValues(breaker, string(r.Status)).Inc()
 	m.probeTime.WithLabelValues(breaker).Observe(r.Latency.Seconds())
+	m.probeLag.WithLabelValues(breaker).Set(r.Lag.Seconds())
 }
 
 func (m *Metrics) setOpen(breaker string, open bool) {
@@ -132,5 +137,6 @@ func (m *Metrics) forget(breaker string) {
 	m.conflicts.DeletePartialMatch(labels)
 	m.probes.DeletePartialMatch(labels)
 	m.probeTime.DeletePartialMatch(labels)
+	m.probeLag.DeletePartialMatch(labels)
 	m.audit.DeletePartialMatch(labels)
 }

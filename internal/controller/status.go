@@ -18,6 +18,9 @@ const (
 	ConditionTargetFound      = "TargetFound"
 	ConditionExternalChange   = "ExternalChange"
 	ConditionProbeUnsupported = "ProbeUnsupported"
+	// ConditionProbesLate is True while probes cannot keep their interval:
+	// the controller has more breakers than its CPU can probe on time.
+	ConditionProbesLate = "ProbesLate"
 	// ConditionAPIServerSignal is True while the API server signal reads the
 	// API server's metrics, False when it cannot (the signal is degraded:
 	// only the probes can open the circuit); absent without the signal.
@@ -210,6 +213,12 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, obs.ambiguous)
 	default:
 		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
+	}
+	if obs.health.Late {
+		set(ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
+			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
+	} else {
+		set(ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
 	}
 	switch {
 	case !in.TargetFound:

@@ -24,7 +24,18 @@ type Observation struct {
 	ConsecutiveSuccesses int32
 	// Last is the most recent result; its Status is empty before the first probe.
 	Last Result
+	// Late: the last lateRun probes each started more than half an interval
+	// late, so probes cannot keep their interval (too many breakers for the
+	// CPU): every loop's ticks are stretched alike, circuits still open and
+	// close, only later. It clears after lateRun probes on time.
+	Late bool
+	// late and onTime count consecutive late and punctual probes.
+	late, onTime int
 }
+
+// lateRun is how many consecutive late (or punctual) probes change Late: a
+// single hiccup, such as a garbage collection, says nothing.
+const lateRun = 3
 
 // Monitor probes each registered webhook from its own goroutine, at its own
 // interval with jitter, and calls notify after every probe, saying whether
@@ -152,6 +163,7 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 	}
 	ticker := m.clock.NewTicker(interval)
 	defer ticker.Stop()
+	var prevStart time.Time
 	for {
 		m.mu.Lock()
 		if ctx.Err() != nil { // stopped while waiting for the tick
@@ -162,11 +174,17 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		m.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, s.Target.Timeout)
 		start := m.clock.Now()
+		lag := time.Duration(0)
+		if !prevStart.IsZero() {
+			lag = max(start.Sub(prevStart)-interval, 0)
+		}
+		prevStart = start
 		r := m.prober.Probe(pctx, s.Target)
 		cancel()
 		if r.Latency == 0 {
 			r.Latency = m.clock.Since(start)
 		}
+		r.Lag = lag
 		m.mu.Lock()
 		// Stop and Ensure cancel under m.mu, so this check cannot race them: a
 		// loop stopped mid-probe never records its result.
@@ -176,6 +194,7 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		}
 		prev := l.obs
 		l.obs = observe(l.obs, r, s)
+		l.obs = lateness(l.obs, r.Lag, interval)
 		changed := Changed(prev, l.obs, s)
 		m.mu.Unlock()
 		m.notify(key, r, changed)
@@ -198,6 +217,22 @@ func (m *Monitor) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// lateness folds one probe's lag into an observation's Late.
+func lateness(o Observation, lag, interval time.Duration) Observation {
+	if lag > interval/2 {
+		o.late, o.onTime = o.late+1, 0
+	} else {
+		o.late, o.onTime = 0, o.onTime+1
+	}
+	switch {
+	case o.late >= lateRun:
+		o.Late = true
+	case o.onTime >= lateRun:
+		o.Late = false
+	}
+	return o
+}
+
 // observe folds one result into an observation.
 func observe(o Observation, r Result, s Settings) Observation {
 	o.Last = r
@@ -217,7 +252,8 @@ func observe(o Observation, r Result, s Settings) Observation {
 
 // Changed reports whether next differs from prev in anything a decision
 // depends on: the verdict (a count reaching its threshold), whether the
-// webhook can be probed at all (and why not), or the endpoint counts.
+// webhook can be probed at all (and why not), the endpoint counts, or
+// whether probes keep their interval.
 // Probes that only move a count below its threshold change nothing; the
 // status shows the counts as of the last decision.
 func Changed(prev, next Observation, s Settings) bool {
@@ -233,5 +269,5 @@ func Changed(prev, next Observation, s Settings) bool {
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
 	return verdict(prev) != verdict(next) || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
-		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == ""
+		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == "" || prev.Late != next.Late
 }

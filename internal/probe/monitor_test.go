@@ -194,3 +194,49 @@ func TestMonitorWaitsForStart(t *testing.T) {
 		}
 	}
 }
+
+// TestLateProbesAreReported: on a machine so busy that each probe outlasts
+// the interval, the next probe starts late; three in a row make the
+// observation Late (a change the controller reconciles on), and three on
+// time clear it.
+func TestLateProbesAreReported(t *testing.T) {
+	var slow atomic.Bool
+	var clk atomic.Pointer[clocktesting.FakeClock]
+	p := probe.ProberFunc(func(context.Context, probe.Target) probe.Result {
+		if slow.Load() {
+			clk.Load().Step(2 * time.Second) // this probe took two intervals
+		}
+		return probe.Result{Status: probe.Healthy, Reason: "scripted"}
+	})
+	h := start(t, p)
+	clk.Store(h.clk)
+	slow.Store(true)
+	h.mon.Ensure("k", settings)
+	h.tick("k", time.Second)
+	for range 4 { // each slow probe's own clock step starts the next
+		select {
+		case <-h.probed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow probes stopped")
+		}
+	}
+	slow.Store(false)
+	obs, _ := h.mon.Observe("k")
+	if !obs.Late || obs.Last.Lag < time.Second {
+		t.Fatalf("after probes two intervals apart: Late %v, lag %v", obs.Late, obs.Last.Lag)
+	}
+	for len(h.probed) > 0 {
+		<-h.probed
+	}
+	for range 4 { // one step of one interval each: probes exactly on time
+		h.clk.Step(time.Second)
+		select {
+		case <-h.probed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no probe on the tick")
+		}
+	}
+	if obs, _ := h.mon.Observe("k"); obs.Late {
+		t.Fatalf("still Late after probes on time (lag %v)", obs.Last.Lag)
+	}
+}

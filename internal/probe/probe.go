@@ -34,6 +34,10 @@ type Result struct {
 	Latency time.Duration
 	// Healthy and Total count endpoints in endpoint mode (Target.EndpointMode).
 	Healthy, Total int
+	// Lag is how much later than its interval after the previous one this
+	// probe started (set by the Monitor): a machine too busy for its
+	// breakers starts every probe late.
+	Lag time.Duration
 }
 
 // Target is everything a probe needs to reach one webhook.
