@@ -47,7 +47,7 @@ func Report(w io.Writer, runs []Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "(times after the fault; -: not before the circuit opened. The API server signal is on in the last run only, where four clients create at once.")
+	fmt.Fprintln(w, "(times after the fault, first seen while it lasted; -: never. The API server signal is on in the last run only, where four clients create at once.")
 	fmt.Fprintln(w, "\"admitted as it opened\": delayed-phase creates still in flight when the circuit opened, which the API server admitted under the opened configuration)")
 	fmt.Fprintln(w)
 	for _, r := range runs {
