@@ -238,7 +238,9 @@ func TestSignalWithTwoAPIServers(t *testing.T) {
 	if conns[first] < 2 || conns[second] < 2 {
 		t.Fatalf("the balancer did not spread connections over both API servers: %v", conns)
 	}
-	if s, _ := tr.Observe("b"); s.Calls == 0 || s.Unreadable {
+	// (The last scrape may be Unreadable: the proxy cuts connections, some
+	// mid-response, as real reconnects do.)
+	if s, _ := tr.Observe("b"); s.Calls == 0 {
 		t.Fatalf("no healthy calls in the window: the test saw nothing: %+v", s)
 	}
 
