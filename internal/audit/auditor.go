@@ -2,8 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,19 +13,17 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/tripswitch-dev/tripswitch/internal/admission"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
@@ -336,14 +332,9 @@ func (a *Auditor) reviewOne(ctx context.Context, wh Webhook, f *Finding, res gvr
 		notChecked("the webhook answered the re-review with HTTP %d", code)
 		return
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(data, &review); err != nil || review.Response == nil {
-		notChecked("the webhook's answer is not an AdmissionReview response")
-		return
-	}
-	resp := review.Response
-	if resp.UID != uid {
-		notChecked("the webhook answered for request %q, not %q", resp.UID, uid)
+	resp, err := admission.Decode(data, uid)
+	if err != nil {
+		notChecked("the webhook's answer to the re-review: %v", err)
 		return
 	}
 	switch {
@@ -364,44 +355,22 @@ func (a *Auditor) reviewOne(ctx context.Context, wh Webhook, f *Finding, res gvr
 // UPDATE it is also the old object: the previous state is not kept), and
 // dryRun set.
 func reviewRequest(wh Webhook, res gvr, obj *unstructured.Unstructured, op, user string) ([]byte, types.UID, error) {
-	version := "v1"
-	if len(wh.AdmissionReviewVersions) > 0 && !slices.Contains(wh.AdmissionReviewVersions, "v1") {
-		if !slices.Contains(wh.AdmissionReviewVersions, "v1beta1") {
-			return nil, "", errors.New("the webhook's admissionReviewVersions include neither v1 nor v1beta1")
-		}
-		version = "v1beta1"
-	}
 	raw, err := obj.MarshalJSON()
 	if err != nil {
 		return nil, "", fmt.Errorf("encode the object: %w", err)
 	}
-	uid := types.UID("tripswitch-audit-" + string(uuid.NewUUID()))
 	gvk := obj.GroupVersionKind()
-	req := &admissionv1.AdmissionRequest{
-		UID:             uid,
-		Kind:            metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
-		Resource:        metav1.GroupVersionResource(res.GroupVersionResource),
-		RequestKind:     &metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
-		RequestResource: (*metav1.GroupVersionResource)(&res.GroupVersionResource),
-		Name:            obj.GetName(),
-		Namespace:       obj.GetNamespace(),
-		Operation:       admissionv1.Operation(op),
-		UserInfo:        authenticationv1.UserInfo{Username: user},
-		Object:          runtime.RawExtension{Raw: raw},
-		DryRun:          new(true),
-	}
-	if op == "UPDATE" {
-		req.OldObject = runtime.RawExtension{Raw: raw}
-		req.Options = runtime.RawExtension{Raw: []byte(`{"kind":"UpdateOptions","apiVersion":"meta.k8s.io/v1","dryRun":["All"]}`)}
-	} else {
-		req.Options = runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1","dryRun":["All"]}`)}
-	}
-	review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/" + version, Kind: "AdmissionReview"}, Request: req}
-	data, err := json.Marshal(review)
-	if err != nil {
-		return nil, "", fmt.Errorf("encode the AdmissionReview: %w", err)
-	}
-	return data, uid, nil
+	return admission.Review{
+		Versions:  wh.AdmissionReviewVersions,
+		UIDPrefix: "tripswitch-audit-",
+		Kind:      metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
+		Resource:  metav1.GroupVersionResource(res.GroupVersionResource),
+		Name:      obj.GetName(),
+		Namespace: obj.GetNamespace(),
+		Operation: admissionv1.Operation(op),
+		User:      user,
+		Object:    raw,
+	}.Encode()
 }
 
 // ownMatchCondition reports whether a matchCondition is tripswitch's own.

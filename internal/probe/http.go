@@ -3,12 +3,9 @@ package probe
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,12 +20,11 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/admission"
 )
 
 // maxBody bounds how much of a response is read.
@@ -392,9 +387,9 @@ func newRequest(ctx context.Context, t Target, target, requester string) (*http.
 		}
 		return req, "", nil
 	}
-	body, uid, err := syntheticReview(t.ReviewVersions, requester)
+	body, uid, err := probeReview(t.ReviewVersions, requester).Encode()
 	if err != nil {
-		return nil, "", err
+		return nil, "", cannot("%v", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
@@ -408,40 +403,21 @@ func newRequest(ctx context.Context, t Target, target, requester string) (*http.
 	return req, uid, nil
 }
 
-// syntheticReview is a dry-run CREATE of a ConfigMap that exists nowhere: a
+// probeReview is a dry-run CREATE of a ConfigMap that exists nowhere: a
 // webhook must answer it without side effects (dryRun), and any well-formed
 // answer, allowed or denied, proves the admission path works.
-func syntheticReview(versions []string, requester string) ([]byte, types.UID, error) {
-	version := "v1"
-	if len(versions) > 0 && !slices.Contains(versions, "v1") {
-		if !slices.Contains(versions, "v1beta1") {
-			return nil, "", cannot("admissionReviewVersions %v include neither v1 nor v1beta1", versions)
-		}
-		version = "v1beta1"
+func probeReview(versions []string, requester string) admission.Review {
+	return admission.Review{
+		Versions:  versions,
+		UIDPrefix: "tripswitch-probe-",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		Name:      "tripswitch-probe",
+		Namespace: "tripswitch-probe",
+		Operation: admissionv1.Create,
+		User:      requester,
+		Object:    []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"tripswitch-probe","namespace":"tripswitch-probe","annotations":{"tripswitch.dev/probe":"true"}}}`),
 	}
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	uid := types.UID("tripswitch-probe-" + hex.EncodeToString(id[:]))
-	obj := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"tripswitch-probe","namespace":"tripswitch-probe","annotations":{"tripswitch.dev/probe":"true"}}}`)
-	review := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/" + version, Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:       uid,
-			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-			Name:      "tripswitch-probe",
-			Namespace: "tripswitch-probe",
-			Operation: admissionv1.Create,
-			UserInfo:  authenticationv1.UserInfo{Username: requester},
-			Object:    runtime.RawExtension{Raw: obj},
-			DryRun:    new(true),
-		},
-	}
-	data, err := json.Marshal(review)
-	if err != nil {
-		return nil, "", fmt.Errorf("encode synthetic AdmissionReview: %w", err)
-	}
-	return data, uid, nil
 }
 
 // judge turns an HTTP answer into a result. 5xx is an outage; other non-2xx
@@ -456,12 +432,8 @@ func judge(t Target, uid types.UID, code int, body []byte) Result {
 	case t.Kind != v1alpha1.ProbeAdmissionReview:
 		return Result{Status: Healthy, Reason: "HTTP " + strconv.Itoa(code)}
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Response == nil {
-		return Result{Status: Unhealthy, Reason: "admission response is not an AdmissionReview with a response"}
-	}
-	if review.Response.UID != uid {
-		return Result{Status: Unhealthy, Reason: "admission response UID does not match the request"}
+	if _, err := admission.Decode(body, uid); err != nil {
+		return Result{Status: Unhealthy, Reason: "admission response: " + err.Error()}
 	}
 	return Result{Status: Healthy, Reason: "AdmissionReview answered"}
 }
