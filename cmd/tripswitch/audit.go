@@ -17,7 +17,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/identity"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -99,7 +99,7 @@ func runAudit(args []string, out io.Writer) error {
 	if w.ClosedAt != nil {
 		to = w.ClosedAt.Time
 	}
-	wh, err := controller.WebhookOf(ctx, c, b.Spec.Target)
+	wh, err := circuit.Read(ctx, c, b.Spec.Target)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
 // The break-glass commands work without the controller, with the
@@ -118,14 +119,11 @@ func runRestore(args []string, out io.Writer) error {
 		return err
 	}
 	var kind v1alpha1.TargetKind
-	switch strings.ToLower(*kindFlag) {
-	case "":
-	case "mutating":
-		kind = v1alpha1.MutatingWebhookConfiguration
-	case "validating":
-		kind = v1alpha1.ValidatingWebhookConfiguration
-	default:
-		return fmt.Errorf("--kind %s: must be Mutating or Validating", *kindFlag)
+	if *kindFlag != "" {
+		var err error
+		if kind, err = circuit.KindOf(*kindFlag); err != nil {
+			return fmt.Errorf("--kind: %w", err)
+		}
 	}
 	if *all == (fs.NArg() > 0) {
 		return errors.New("name circuits as CONFIGURATION/WEBHOOK, or pass --all (not both)")

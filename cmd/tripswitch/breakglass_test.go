@@ -88,7 +88,7 @@ func TestBreakGlassCommands(t *testing.T) {
 		"restore":                       "CONFIGURATION/WEBHOOK, or pass --all",
 		"restore --all a/w.example.com": "not both",
 		"restore nothing":               `"nothing": want CONFIGURATION/WEBHOOK`,
-		"restore --kind Other a/b":      "--kind Other: must be Mutating or Validating",
+		"restore --kind Other a/b":      `--kind: kind "Other": must be mutating or validating`,
 		"status -o yaml":                "-o yaml: must be table or json",
 	} {
 		// Flags come before positional arguments, as Go's flag package wants.

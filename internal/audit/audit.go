@@ -20,39 +20,8 @@ package audit
 import (
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
-
-// Webhook is what the audit needs of a mutating or validating webhook.
-type Webhook struct {
-	Configuration           string
-	Name                    string
-	Mutating                bool
-	ClientConfig            admissionregistrationv1.WebhookClientConfig
-	Rules                   []admissionregistrationv1.RuleWithOperations
-	NamespaceSelector       *metav1.LabelSelector
-	ObjectSelector          *metav1.LabelSelector
-	MatchConditions         []admissionregistrationv1.MatchCondition
-	SideEffects             *admissionregistrationv1.SideEffectClass
-	TimeoutSeconds          *int32
-	AdmissionReviewVersions []string
-}
-
-// FromMutating describes a mutating webhook.
-func FromMutating(configuration string, w admissionregistrationv1.MutatingWebhook) Webhook {
-	return Webhook{Configuration: configuration, Name: w.Name, Mutating: true, ClientConfig: w.ClientConfig, Rules: w.Rules,
-		NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector, MatchConditions: w.MatchConditions,
-		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions}
-}
-
-// FromValidating describes a validating webhook.
-func FromValidating(configuration string, w admissionregistrationv1.ValidatingWebhook) Webhook {
-	return Webhook{Configuration: configuration, Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules,
-		NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector, MatchConditions: w.MatchConditions,
-		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions}
-}
 
 // Window is when the circuit was open.
 type Window struct {

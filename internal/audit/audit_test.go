@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -102,18 +103,22 @@ func startHook(t testing.TB) *policyHook {
 	return h
 }
 
-func (h *policyHook) webhook(path string, mutating bool) audit.Webhook {
-	return audit.Webhook{
-		Configuration: "policy", Name: "policy.example.com", Mutating: mutating,
+func (h *policyHook) webhook(path string, mutating bool) circuit.Webhook {
+	kind := v1alpha1.ValidatingWebhookConfiguration
+	if mutating {
+		kind = v1alpha1.MutatingWebhookConfiguration
+	}
+	return circuit.Webhook{
+		Configuration: "policy", Name: "policy.example.com", Kind: kind,
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(h.url + path), CABundle: h.caBundle},
 		Rules: []admissionregistrationv1.RuleWithOperations{{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
 		}},
-		NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
-		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-		TimeoutSeconds:          ptr.To[int32](5),
-		AdmissionReviewVersions: []string{"v1"},
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
+		SideEffects:       ptr.To(admissionregistrationv1.SideEffectClassNone),
+		TimeoutSeconds:    ptr.To[int32](5),
+		ReviewVersions:    []string{"v1"},
 	}
 }
 

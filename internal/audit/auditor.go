@@ -80,7 +80,7 @@ func (a *Auditor) defaults() {
 // Audit finds and re-reviews the objects wh matched in w. An error means
 // the audit could not be done at all (for example, it may not list a
 // resource); partial limits are Notes on the report.
-func (a *Auditor) Audit(ctx context.Context, wh Webhook, w Window) (*Report, error) {
+func (a *Auditor) Audit(ctx context.Context, wh circuit.Webhook, w Window) (*Report, error) {
 	a.defaults()
 	r := &Report{Webhook: wh.Configuration + "/" + wh.Name, Window: w, Started: a.Now(), Counts: map[Verdict]int{}}
 	resources, notes, err := a.resources(wh.Rules)
@@ -274,7 +274,7 @@ func (a *Auditor) namespaceLabels(ctx context.Context) (map[string]labels.Set, e
 }
 
 // review sends each finding to the webhook as a dry-run AdmissionReview.
-func (a *Auditor) review(ctx context.Context, wh Webhook, r *Report, resources []gvr) {
+func (a *Auditor) review(ctx context.Context, wh circuit.Webhook, r *Report, resources []gvr) {
 	if a.Reviewer == nil {
 		r.Notes = append(r.Notes, "not re-reviewed: asked to list only")
 		for i := range r.Findings {
@@ -314,7 +314,7 @@ func (a *Auditor) review(ctx context.Context, wh Webhook, r *Report, resources [
 	wg.Wait()
 }
 
-func (a *Auditor) reviewOne(ctx context.Context, wh Webhook, f *Finding, res gvr, timeout time.Duration) {
+func (a *Auditor) reviewOne(ctx context.Context, wh circuit.Webhook, f *Finding, res gvr, timeout time.Duration) {
 	notChecked := func(format string, args ...any) {
 		f.Verdict, f.Message = NotChecked, fmt.Sprintf(format, args...)
 	}
@@ -343,7 +343,7 @@ func (a *Auditor) reviewOne(ctx context.Context, wh Webhook, f *Finding, res gvr
 		if resp.Result != nil {
 			f.Message = resp.Result.Message
 		}
-	case wh.Mutating && len(resp.Patch) > 0 && strings.TrimSpace(string(resp.Patch)) != "[]":
+	case wh.Mutating() && len(resp.Patch) > 0 && strings.TrimSpace(string(resp.Patch)) != "[]":
 		f.Verdict, f.Patch = WouldMutate, string(resp.Patch)
 	default:
 		f.Verdict = NoObjection
@@ -354,14 +354,14 @@ func (a *Auditor) reviewOne(ctx context.Context, wh Webhook, f *Finding, res gvr
 // the same kind, resource and operation, the object as it is now (for an
 // UPDATE it is also the old object: the previous state is not kept), and
 // dryRun set.
-func reviewRequest(wh Webhook, res gvr, obj *unstructured.Unstructured, op, user string) ([]byte, types.UID, error) {
+func reviewRequest(wh circuit.Webhook, res gvr, obj *unstructured.Unstructured, op, user string) ([]byte, types.UID, error) {
 	raw, err := obj.MarshalJSON()
 	if err != nil {
 		return nil, "", fmt.Errorf("encode the object: %w", err)
 	}
 	gvk := obj.GroupVersionKind()
 	return admission.Review{
-		Versions:  wh.AdmissionReviewVersions,
+		Versions:  wh.ReviewVersions,
 		UIDPrefix: "tripswitch-audit-",
 		Kind:      metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
 		Resource:  metav1.GroupVersionResource(res.GroupVersionResource),

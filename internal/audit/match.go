@@ -16,6 +16,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
 // matcher applies a webhook's selectors and matchConditions to an object,
@@ -26,7 +28,7 @@ type matcher struct {
 	conditionsNote                    string
 }
 
-func newMatcher(wh Webhook) (*matcher, error) {
+func newMatcher(wh circuit.Webhook) (*matcher, error) {
 	m := &matcher{namespaceSelector: labels.Everything(), objectSelector: labels.Everything()}
 	var err error
 	if wh.NamespaceSelector != nil {
@@ -51,11 +53,7 @@ func newMatcher(wh Webhook) (*matcher, error) {
 		env := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
 		eval := celplugin.NewConditionCompiler(env).CompileCondition(accessors, celplugin.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
 		fail := admissionregistrationv1.Fail
-		kind := "validating"
-		if wh.Mutating {
-			kind = "mutating"
-		}
-		m.conds = matchconditions.NewMatcher(eval, &fail, "webhook", kind, wh.Name)
+		m.conds = matchconditions.NewMatcher(eval, &fail, "webhook", circuit.ShortKind(wh.Kind), wh.Name)
 		m.conditionsNote = "matchConditions are evaluated against the object as it is now, without the original requester: a condition that needs the requester or the authorizer counts as matching"
 	}
 	return m, nil

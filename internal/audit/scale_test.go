@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
@@ -57,16 +58,16 @@ func TestAuditOf10000Objects(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := startHook(t)
-	wh := audit.Webhook{
+	wh := circuit.Webhook{
 		Configuration: "bulk", Name: "bulk.example.com",
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.url + "/validate"), CABundle: hook.caBundle},
 		Rules: []admissionregistrationv1.RuleWithOperations{{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 		}},
-		ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"bulk": "yes"}},
-		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-		AdmissionReviewVersions: []string{"v1"},
+		ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bulk": "yes"}},
+		SideEffects:    ptr.To(admissionregistrationv1.SideEffectClassNone),
+		ReviewVersions: []string{"v1"},
 	}
 	a, err := audit.NewAuditor(env.Config, qps, qps, &probe.HTTPProber{})
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,25 +42,18 @@ type Circuit struct {
 // Ref is CONFIGURATION/WEBHOOK.
 func (c Circuit) Ref() string { return c.Configuration + "/" + c.Webhook }
 
-// kinds are the configuration kinds records can be on.
-var kinds = []v1alpha1.TargetKind{v1alpha1.MutatingWebhookConfiguration, v1alpha1.ValidatingWebhookConfiguration}
-
 // List returns every circuit recorded open in the cluster, sorted. It lists
 // every webhook configuration, so it needs an operator's list permission,
 // not the controller's.
 func List(ctx context.Context, c client.Client) ([]Circuit, error) {
 	var out []Circuit
-	for _, kind := range kinds {
-		objs, err := configurations(ctx, c, kind)
+	for _, kind := range circuit.Kinds {
+		cfgs, err := circuit.List(ctx, c, kind)
 		if err != nil {
 			return nil, err
 		}
-		for _, obj := range objs {
-			cfg, err := circuit.View(obj)
-			if err != nil {
-				return nil, err
-			}
-			for key, value := range obj.GetAnnotations() {
+		for _, cfg := range cfgs {
+			for key, value := range cfg.Object.GetAnnotations() {
 				webhook, ok := strings.CutPrefix(key, circuit.AnnotationPrefix)
 				if !ok {
 					continue
@@ -77,29 +69,6 @@ func List(ctx context.Context, c client.Client) ([]Circuit, error) {
 	}
 	slices.SortFunc(out, func(a, b Circuit) int { return strings.Compare(string(a.Kind)+a.Ref(), string(b.Kind)+b.Ref()) })
 	return out, nil
-}
-
-func configurations(ctx context.Context, c client.Client, kind v1alpha1.TargetKind) ([]client.Object, error) {
-	var objs []client.Object
-	switch kind {
-	case v1alpha1.MutatingWebhookConfiguration:
-		var l admissionregistrationv1.MutatingWebhookConfigurationList
-		if err := c.List(ctx, &l); err != nil {
-			return nil, fmt.Errorf("list %ss: %w", kind, err)
-		}
-		for i := range l.Items {
-			objs = append(objs, &l.Items[i])
-		}
-	default:
-		var l admissionregistrationv1.ValidatingWebhookConfigurationList
-		if err := c.List(ctx, &l); err != nil {
-			return nil, fmt.Errorf("list %ss: %w", kind, err)
-		}
-		for i := range l.Items {
-			objs = append(objs, &l.Items[i])
-		}
-	}
-	return objs, nil
 }
 
 // describe reads one record and says whether tripswitch could restore it.
@@ -177,7 +146,7 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 // read finds the configuration named config, of kind or of whichever kind
 // has one by that name.
 func read(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config string) (*circuit.Configuration, v1alpha1.TargetKind, error) {
-	try := kinds
+	try := circuit.Kinds
 	if kind != "" {
 		try = []v1alpha1.TargetKind{kind}
 	}

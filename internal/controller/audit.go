@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
 // Audit event reasons and results.
@@ -144,7 +143,7 @@ func (a *AuditRunner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker
 	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audit.Report) {
 		return &v1alpha1.AuditResult{Result: AuditFailed, CompletedAt: now(), Message: "audit not possible: " + fmt.Sprintf(format, args...)}, nil
 	}
-	wh, err := WebhookOf(ctx, a.Reader, b.Spec.Target)
+	wh, err := circuit.Read(ctx, a.Reader, b.Spec.Target)
 	if err != nil {
 		return failed("%v", err)
 	}
@@ -225,39 +224,4 @@ func (a *AuditRunner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenW
 	default:
 		a.Recorder.Eventf(b, nil, "Normal", ReasonAuditClean, "Audit", "%d objects were admitted without the webhook (%s); it objects to none of them now (%d not reviewed)", res.Found, span, res.NotReviewed)
 	}
-}
-
-// WebhookOf reads the target webhook's current definition.
-func WebhookOf(ctx context.Context, r client.Reader, t v1alpha1.Target) (audit.Webhook, error) {
-	key := types.NamespacedName{Name: t.ConfigurationName}
-	switch t.Kind {
-	case v1alpha1.MutatingWebhookConfiguration:
-		var cfg admissionregistrationv1.MutatingWebhookConfiguration
-		if err := r.Get(ctx, key, &cfg); err != nil {
-			return audit.Webhook{}, describeGetErr(t, err)
-		}
-		for _, w := range cfg.Webhooks {
-			if w.Name == t.WebhookName {
-				return audit.FromMutating(cfg.Name, w), nil
-			}
-		}
-	case v1alpha1.ValidatingWebhookConfiguration:
-		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-		if err := r.Get(ctx, key, &cfg); err != nil {
-			return audit.Webhook{}, describeGetErr(t, err)
-		}
-		for _, w := range cfg.Webhooks {
-			if w.Name == t.WebhookName {
-				return audit.FromValidating(cfg.Name, w), nil
-			}
-		}
-	}
-	return audit.Webhook{}, fmt.Errorf("webhook %s is not in %s %s", t.WebhookName, t.Kind, t.ConfigurationName)
-}
-
-func describeGetErr(t v1alpha1.Target, err error) error {
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s %s no longer exists", t.Kind, t.ConfigurationName)
-	}
-	return fmt.Errorf("read %s %s: %w", t.Kind, t.ConfigurationName, err)
 }

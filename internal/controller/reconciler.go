@@ -261,10 +261,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // notApprovedMessage says how to approve t's configuration, for each way of
 // installing tripswitch.
 func notApprovedMessage(t v1alpha1.Target) string {
-	key := "mutating"
-	if t.Kind == v1alpha1.ValidatingWebhookConfiguration {
-		key = "validating"
-	}
+	key := circuit.ShortKind(t.Kind)
 	return fmt.Sprintf("tripswitch may not read %s %s: RBAC does not approve it. Approve it with Helm "+
 		"(--set 'approvedWebhookConfigurations.%s={...,%s}') or, with kustomize, add %s to resourceNames in "+
 		"config/rbac/webhook_configurations.yaml", t.Kind, t.ConfigurationName, key, t.ConfigurationName, t.ConfigurationName)
@@ -382,11 +379,7 @@ func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, obs observ
 		r.Signals.Stop(b.Name)
 		return nil
 	}
-	typ := "validating"
-	if b.Spec.Target.Kind == v1alpha1.MutatingWebhookConfiguration {
-		typ = "admit"
-	}
-	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: typ},
+	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: circuit.MetricType(b.Spec.Target.Kind)},
 		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
 	if spec.Window != nil && spec.Window.Duration > 0 {
 		settings.Window = spec.Window.Duration
