@@ -135,7 +135,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.retry, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.Float64Var(&f.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative (the default): none, so the API server's priority and fairness is what queues them. A quiet controller makes well under 1 per second; an outage of every webhook at once costs about 4 per breaker (read, patch, status, event), all due within a probe interval, which a client-side limit would spread over many seconds")
 	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above a positive --kube-api-qps")
-	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", 32, "breakers reconciled in parallel")
+	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "breakers reconciled in parallel")
 	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
@@ -94,7 +94,7 @@ func TestAuditAfterClose(t *testing.T) {
 			}
 
 			rec := events.NewFakeRecorder(10)
-			runner := &controller.AuditRunner{Client: b.c, Reader: b.c, Config: controlPlane(t).Config, Reviewer: &probe.HTTPProber{}, Recorder: rec, Clock: b.clock}
+			runner := &auditrun.Runner{Client: b.c, Reader: b.c, Config: controlPlane(t).Config, Reviewer: &probe.HTTPProber{}, Recorder: rec, Clock: b.clock}
 			if err := runner.AuditPending(b.ctx, name); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestAuditAfterClose(t *testing.T) {
 				t.Fatal("no audit result in status.history")
 			}
 			want := fmt.Sprintf("Objected ConfigMap default/%s", forbidden.Name)
-			if got.Result != controller.AuditCompleted || got.Found != 2 || got.Objected != 1 || got.NoObjection != 1 ||
+			if got.Result != auditrun.AuditCompleted || got.Found != 2 || got.Objected != 1 || got.NoObjection != 1 ||
 				len(got.Objects) != 1 || got.Objects[0] != want || got.Requests == 0 {
 				t.Fatalf("audit %+v, want 2 found, 1 objected (%s), 1 clean", got, want)
 			}
@@ -136,12 +136,12 @@ func TestAuditWithoutReadAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := events.NewFakeRecorder(10)
-	runner := &controller.AuditRunner{Client: b.c, Reader: b.c, Config: cfg, Reviewer: &probe.HTTPProber{}, Recorder: rec, Clock: b.clock}
+	runner := &auditrun.Runner{Client: b.c, Reader: b.c, Config: cfg, Reviewer: &probe.HTTPProber{}, Recorder: rec, Clock: b.clock}
 	if err := runner.AuditPending(b.ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	got := b.getBreaker(name).Status.History[0].Audit
-	if got == nil || got.Result != controller.AuditFailed || !strings.Contains(got.Message, "audit not possible") || !strings.Contains(got.Message, "forbidden") {
+	if got == nil || got.Result != auditrun.AuditFailed || !strings.Contains(got.Message, "audit not possible") || !strings.Contains(got.Message, "forbidden") {
 		t.Fatalf("audit %+v, want Failed saying it was forbidden", got)
 	}
 	for _, want := range []string{"get and list on", "audit.resources", "config/audit"} {
@@ -217,7 +217,7 @@ func TestAuditOfADeletedBreakerIsNoError(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	runner := &controller.AuditRunner{Client: b.c, Reader: reader, Config: controlPlane(t).Config, Reviewer: &probe.HTTPProber{}, Clock: b.clock}
+	runner := &auditrun.Runner{Client: b.c, Reader: reader, Config: controlPlane(t).Config, Reviewer: &probe.HTTPProber{}, Clock: b.clock}
 	if err := runner.AuditPending(b.ctx, name); err != nil {
 		t.Fatalf("audit of a breaker deleted meanwhile: %v, want no error", err)
 	}

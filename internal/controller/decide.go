@@ -7,6 +7,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // Write is the one write a decision may ask for.
@@ -18,16 +19,6 @@ const (
 	WriteOpen  Write = "Open"
 	WriteClose Write = "Close"
 	WriteDrop  Write = "Drop"
-)
-
-// Verdict is the health the probe counts add up to.
-type Verdict string
-
-// Verdicts.
-const (
-	Pending   Verdict = "Pending" // not enough consecutive probes either way
-	Healthy   Verdict = "Healthy"
-	Unhealthy Verdict = "Unhealthy"
 )
 
 // Reasons used in decisions, events and conditions.
@@ -76,22 +67,13 @@ const (
 	ReasonAPIServerFailing   = "APIServerFailing"
 )
 
-// Health is the monitor's view folded with the breaker's thresholds.
+// Health is the probe monitor's view of the webhook: its verdict (the
+// counts against the breaker's thresholds, judged by the monitor) and the
+// counts and last reason the messages quote.
 type Health struct {
-	Failures, Successes                int32
-	FailureThreshold, SuccessThreshold int32
-	LastReason                         string
-}
-
-// Verdict adds the counts up against the thresholds.
-func (h Health) Verdict() Verdict {
-	switch {
-	case h.FailureThreshold > 0 && h.Failures >= h.FailureThreshold:
-		return Unhealthy
-	case h.SuccessThreshold > 0 && h.Successes >= h.SuccessThreshold:
-		return Healthy
-	}
-	return Pending
+	Verdict             probe.Verdict
+	Failures, Successes int32
+	LastReason          string
 }
 
 // Input is everything a decision depends on, gathered before deciding.
@@ -251,7 +233,7 @@ func checkExternalChange(in Input) (Decision, bool) {
 	d.Write = WriteDrop
 	// In ForceOpen health never re-arms, so a healthy webhook is no reason to
 	// reopen over the operator's change either.
-	if in.Health.Verdict() != Healthy || in.Mode == v1alpha1.ModeForceOpen {
+	if in.Health.Verdict != probe.VerdictHealthy || in.Mode == v1alpha1.ModeForceOpen {
 		d.Disarm = "an operator changed the webhook while its circuit was open"
 	}
 	return d, true
@@ -269,7 +251,7 @@ func checkRecordRemoved(in Input) (Decision, bool) {
 		Message:        "the circuit record was removed from the webhook configuration while open; tripswitch no longer owns the change and will not restore it",
 		ExternalChange: true,
 	}
-	if in.Health.Verdict() != Healthy {
+	if in.Health.Verdict != probe.VerdictHealthy {
 		d.Disarm = "the circuit record was removed by someone else"
 	}
 	d.ReleaseFinalizer = in.Deleting
@@ -296,7 +278,7 @@ func checkObserve(in Input) (Decision, bool) {
 	if in.State.Record != nil {
 		return Decision{Write: WriteClose, Reason: ReasonObserveReleases, Message: "mode is Observe: tripswitch holds no circuit, restoring the original policy"}, true
 	}
-	return Decision{Reason: ReasonObserving, Message: fmt.Sprintf("mode is Observe: health is %s, nothing is written", in.Health.Verdict())}, true
+	return Decision{Reason: ReasonObserving, Message: fmt.Sprintf("mode is Observe: health is %s, nothing is written", in.Health.Verdict)}, true
 }
 
 // checkActionChanged closes a circuit opened with another action; the next
@@ -315,10 +297,10 @@ func decideForceClosed(in Input) Decision {
 		d.Write = WriteClose
 		d.Message = "mode is ForceClosed; restoring the original policy"
 	}
-	switch in.Health.Verdict() {
-	case Unhealthy:
+	switch in.Health.Verdict {
+	case probe.VerdictUnhealthy:
 		d.Disarm = "mode was ForceClosed during an outage"
-	case Healthy:
+	case probe.VerdictHealthy:
 		d.Rearm = in.Disarmed
 	}
 	return d
@@ -332,17 +314,17 @@ func decideAuto(in Input) Decision {
 		}
 		return d
 	}
-	verdict := in.Health.Verdict()
+	verdict := in.Health.Verdict
 	switch {
-	case verdict == Unhealthy:
+	case verdict == probe.VerdictUnhealthy:
 		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason))
 	case in.APIServerFailing:
 		// Either signal opens; closing waits for this one to clear too.
-		if in.State.Record != nil && verdict == Healthy {
+		if in.State.Record != nil && verdict == probe.VerdictHealthy {
 			return Decision{Reason: ReasonStillOpen, Message: "probes are healthy, but " + in.APIServerReason + "; closing when it clears"}
 		}
 		return decideOpen(in, ReasonAPIServerFailing, in.APIServerReason)
-	case verdict == Healthy:
+	case verdict == probe.VerdictHealthy:
 		d := Decision{Reason: ReasonNoChange, Message: "webhook is healthy", Rearm: in.Disarmed}
 		if in.State.Record != nil {
 			d.Write, d.Reason = WriteClose, ReasonWebhookRecovered

@@ -9,15 +9,16 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 const uid = "breaker-uid"
 
 var (
-	down    = Health{Failures: 3, FailureThreshold: 3, SuccessThreshold: 5}
-	up      = Health{Successes: 5, FailureThreshold: 3, SuccessThreshold: 5}
-	pending = Health{Failures: 2, FailureThreshold: 3, SuccessThreshold: 5}
-	unknown = Health{FailureThreshold: 3, SuccessThreshold: 5} // Unknown probes reset both counts
+	down    = Health{Verdict: probe.VerdictUnhealthy, Failures: 3}
+	up      = Health{Verdict: probe.VerdictHealthy, Successes: 5}
+	pending = Health{Verdict: probe.VerdictPending, Failures: 2}
+	unknown = Health{Verdict: probe.VerdictPending} // Unknown probes reset both counts
 )
 
 func webhookWith(policy admissionregistrationv1.FailurePolicyType, conds ...string) circuit.Webhook {
@@ -122,6 +123,17 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// verdictOf is the monitor's verdict for thresholds 3 and 5.
+func verdictOf(failures, successes int32) probe.Verdict {
+	switch {
+	case failures >= 3:
+		return probe.VerdictUnhealthy
+	case successes >= 5:
+		return probe.VerdictHealthy
+	}
+	return probe.VerdictPending
+}
+
 // FuzzDecide checks the safety rules over arbitrary inputs.
 func FuzzDecide(f *testing.F) {
 	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false, false)
@@ -135,7 +147,7 @@ func FuzzDecide(f *testing.F) {
 			Mode: modes[int(mode)%len(modes)], Action: actions[int(action)%len(actions)], BreakerUID: uid,
 			Deleting: deleting, State: states[int(state)%len(states)], Disarmed: disarmed, ProbeUnknown: probeUnknown,
 			APIServerFailing: apiFailing, APIServerReason: "scripted",
-			Health: Health{Failures: failures, Successes: successes, FailureThreshold: 3, SuccessThreshold: 5},
+			Health: Health{Verdict: verdictOf(failures, successes), Failures: failures, Successes: successes},
 		}
 		in.TargetFound = in.State.Index >= 0
 		d := Decide(in)
@@ -147,11 +159,11 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("opened while it must not: %+v", in)
 		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.ProbeUnknown:
 			t.Fatalf("Auto opened a webhook it cannot probe: %+v", in)
-		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict() != Unhealthy && !in.APIServerFailing:
+		case d.Write == WriteOpen && in.Mode == v1alpha1.ModeAuto && in.Health.Verdict != probe.VerdictUnhealthy && !in.APIServerFailing:
 			t.Fatalf("Auto opened with neither signal tripped: %+v", in)
 		case d.Write == WriteClose && !in.State.Intact():
 			t.Fatalf("closed over a value it does not own: %+v", in)
-		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.State.Record.Action == in.Action && (in.Health.Verdict() != Healthy || in.APIServerFailing):
+		case d.Write == WriteClose && in.Mode == v1alpha1.ModeAuto && !in.Deleting && in.State.Record.Action == in.Action && (in.Health.Verdict != probe.VerdictHealthy || in.APIServerFailing):
 			t.Fatalf("Auto closed without healthy probes and a clear API server signal: %+v", in)
 		case (d.Write == WriteOpen || d.Write == WriteDrop) && in.Mode == v1alpha1.ModeObserve:
 			t.Fatalf("Observe wrote %s; it may only release what it holds", d.Write)

@@ -72,7 +72,7 @@ func TestPartialOutageIsVisibleInStatus(t *testing.T) {
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Endpoints = true })
 	b.health.mu.Lock()
-	b.health.obs[wcb.Name] = probe.Observation{ConsecutiveSuccesses: 5, Last: probe.Result{Status: probe.Healthy, Reason: "1/3 endpoints healthy (partial outage)", Healthy: 1, Total: 3}}
+	b.health.obs[wcb.Name] = probe.Observation{Verdict: probe.VerdictHealthy, ConsecutiveSuccesses: 5, Last: probe.Result{Status: probe.Healthy, Reason: "1/3 endpoints healthy (partial outage)", Healthy: 1, Total: 3}}
 	b.health.mu.Unlock()
 	b.settle(b.reconciler(b.c), wcb.Name)
 	st := b.getBreaker(wcb.Name).Status

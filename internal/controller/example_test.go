@@ -9,12 +9,13 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // Decide is pure: observed webhook, record, health and spec in; one write and
 // its reason out. An administrator's Ignore is never taken over.
 func ExampleDecide() {
-	down := controller.Health{Failures: 3, FailureThreshold: 3, SuccessThreshold: 5, LastReason: "timeout after 250ms"}
+	down := controller.Health{Verdict: probe.VerdictUnhealthy, Failures: 3, LastReason: "timeout after 250ms"}
 	webhook := func(p admissionregistrationv1.FailurePolicyType) circuit.State {
 		return circuit.State{Index: 0, Webhook: circuit.Webhook{Name: "slow.example.com", FailurePolicy: ptr.To(p)}}
 	}

@@ -56,9 +56,11 @@ func (h *scriptedHealth) set(key string, st probe.Status) {
 	o := probe.Observation{Last: probe.Result{Status: st, Reason: "scripted " + string(st)}}
 	switch st {
 	case probe.Healthy:
-		o.ConsecutiveSuccesses = 100
+		o.ConsecutiveSuccesses, o.Verdict = 100, probe.VerdictHealthy
 	case probe.Unhealthy:
-		o.ConsecutiveFailures = 100
+		o.ConsecutiveFailures, o.Verdict = 100, probe.VerdictUnhealthy
+	default:
+		o.Verdict = probe.VerdictPending
 	}
 	h.obs[key] = o
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -54,15 +56,16 @@ type Reconciler struct {
 	// no synced watch for them, and a breaker whose cached copy lags.
 	APIReader client.Reader
 	// Targets, if set, watches each target configuration by name and serves
-	// its reads; nil reads every time through APIReader.
-	Targets  *Targets
-	Health   HealthSource
+	// its reads (*Targets); unset, every read goes through APIReader.
+	Targets TargetSource
+	Health  HealthSource
+	// Recorder, if set, receives the breaker's events.
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
 	Metrics  *Metrics
 	// Audits, if set, is asked for the audit of each closed window of a
 	// breaker with spec.audit enabled.
-	Audits interface{ Request(breaker string) }
+	Audits AuditQueue
 	// Signals, if set, keeps the API server signal of breakers with
 	// spec.apiServerSignal enabled.
 	Signals SignalSource
@@ -70,11 +73,60 @@ type Reconciler struct {
 	// its configuration's write lock polls for it instead.
 	Requeue func(breaker string)
 
+	once    sync.Once
 	written sync.Map // breaker name -> resourceVersion of the last write to it
 	// targets serialises the writes to one webhook configuration: the
 	// breakers of its webhooks, opened by one outage, would otherwise race
 	// each other's patches and all but one be refused and retried.
 	targets sync.Map // kind/name -> *sync.Mutex
+}
+
+// TargetSource serves reads of target configurations from their watches;
+// *Targets implements it.
+type TargetSource interface {
+	// Get returns the configuration as its watch has it; cached is false
+	// when there is no synced watch to serve it.
+	Get(breaker string, kind v1alpha1.TargetKind, name string) (obj client.Object, found, cached bool)
+	// Forget ends breaker's interest in its target's watch.
+	Forget(breaker string)
+}
+
+// AuditQueue takes requests for the audits of a breaker's closed windows;
+// *auditrun.Runner implements it.
+type AuditQueue interface{ Request(breaker string) }
+
+// The collaborators of a Reconciler left unset.
+type (
+	uncachedTargets struct{}
+	noAudits        struct{}
+	noSignals       struct{}
+	noEvents        struct{}
+)
+
+func (uncachedTargets) Get(string, v1alpha1.TargetKind, string) (client.Object, bool, bool) {
+	return nil, false, false
+}
+func (uncachedTargets) Forget(string)                                                          {}
+func (noAudits) Request(string)                                                                {}
+func (noSignals) Ensure(string, apisignal.Settings) error                                      { return nil }
+func (noSignals) Stop(string)                                                                  {}
+func (noSignals) Observe(string) (apisignal.Status, bool)                                      { return apisignal.Status{}, false }
+func (noEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
+
+// setDefaults puts no-op collaborators where none was given.
+func (r *Reconciler) setDefaults() {
+	if r.Targets == nil {
+		r.Targets = uncachedTargets{}
+	}
+	if r.Audits == nil {
+		r.Audits = noAudits{}
+	}
+	if r.Signals == nil {
+		r.Signals = noSignals{}
+	}
+	if r.Recorder == nil {
+		r.Recorder = noEvents{}
+	}
 }
 
 // targetLock is one configuration's write lock, and the breakers that
@@ -153,18 +205,15 @@ type observed struct {
 // Reconcile reads a breaker and its target, decides, performs at most one
 // webhook write, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.once.Do(r.setDefaults)
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Health.Stop(req.Name)
-			if r.Signals != nil {
-				r.Signals.Stop(req.Name)
-			}
+			r.Signals.Stop(req.Name)
 			r.Metrics.forget(req.Name)
 			r.written.Delete(req.Name)
-			if r.Targets != nil {
-				r.Targets.Forget(req.Name)
-			}
+			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
@@ -187,7 +236,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	obs, err := r.observe(ctx, &b, deleting)
+	spec := b.Spec.Resolve()
+	obs, in, d, err := r.decide(ctx, &b, spec, deleting, false)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -200,8 +250,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
-	in := r.input(&b, obs, deleting)
-	d := Decide(in)
 	if d.Write != WriteNone {
 		// Before a write, decide again on what the API server has now, with
 		// the configuration's write lock held: one writer per configuration at
@@ -220,31 +268,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: retry}, nil
 		}
 		defer unlock()
-		if obs, err = r.observeFrom(ctx, &b, deleting, true); err != nil {
+		if obs, in, d, err = r.decide(ctx, &b, spec, deleting, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		in = r.input(&b, obs, deleting)
-		d = Decide(in)
 	}
 	after, writeErr := r.write(ctx, &b, obs, d)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
-	if err := r.report(ctx, &b, in, d, obs, after, writeErr); err != nil {
+	o := outcome{in: in, d: d, obs: obs, after: after, writeErr: writeErr, now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	if err := r.report(ctx, &b, o); err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
 	}
-	if r.Audits != nil && auditDue(&b) {
+	if auditrun.Due(&b) {
 		r.Audits.Request(b.Name)
 	}
 	if d.ReleaseFinalizer && writeErr == nil {
 		r.Health.Stop(b.Name)
-		if r.Targets != nil {
-			r.Targets.Forget(b.Name)
-		}
+		r.Targets.Forget(b.Name)
 		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
 		if err := r.patchFinalizer(ctx, &b, false); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
@@ -253,7 +298,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if obs.cfg == nil || deleting {
 		// Nothing is probed, so nothing else triggers a look at the target.
-		return ctrl.Result{RequeueAfter: withDefaults(b.Spec.Probe).Interval}, nil
+		return ctrl.Result{RequeueAfter: spec.Probe.Interval}, nil
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
@@ -286,20 +331,26 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 	return ctrl.Result{}, err
 }
 
-// observe reads the target, from its watch when it has synced
-// or from the API server, and the health the monitor has gathered.
-func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting bool) (observed, error) {
-	return r.observeFrom(ctx, b, deleting, false)
+// decide is one step of reading and deciding: observe, gather the input,
+// Decide. fresh reads the target from the API server rather than its watch.
+func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, Input, Decision, error) {
+	obs, err := r.observe(ctx, b, spec, deleting, fresh)
+	if err != nil {
+		return obs, Input{}, Decision{}, err
+	}
+	in := r.input(b, spec, obs, deleting)
+	return obs, in, Decide(in), nil
 }
 
-// observeFrom is observe; fresh reads the target from the API server
-// rather than from its watch.
-func (r *Reconciler) observeFrom(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, deleting, fresh bool) (observed, error) {
+// observe reads the target, from its watch when it has synced (and fresh
+// is false) or from the API server, and the health the monitor and the API
+// server signal have gathered.
+func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, error) {
 	var obs observed
 	t := b.Spec.Target
 	var obj client.Object
 	found, cached := false, false
-	if r.Targets != nil && !fresh {
+	if !fresh {
 		obj, found, cached = r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
 	}
 	if !cached {
@@ -328,9 +379,8 @@ func (r *Reconciler) observeFrom(ctx context.Context, b *v1alpha1.WebhookCircuit
 	}
 	obs.state = circuit.Inspect(obs.cfg, b.Spec.Target.WebhookName)
 	if obs.state.Index >= 0 && !deleting {
-		settings := probeSettings(b, obs.state.Webhook)
-		if b.Spec.Probe.Endpoints {
-			settings.Target.EndpointMode = true
+		settings := probeSettings(spec.Probe, obs.state.Webhook)
+		if spec.Probe.Endpoints {
 			if svc := obs.state.Webhook.ClientConfig.Service; svc != nil {
 				eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
 				settings.Target.Endpoints = eps
@@ -342,7 +392,7 @@ func (r *Reconciler) observeFrom(ctx context.Context, b *v1alpha1.WebhookCircuit
 		r.Health.Ensure(b.Name, settings)
 	}
 	obs.health, _ = r.Health.Observe(b.Name)
-	obs.signal = r.observeSignal(b, obs, deleting)
+	obs.signal = r.observeSignal(b, spec, obs, deleting)
 	if obs.signal != nil {
 		obs.ambiguous = r.signalAmbiguity(ctx, b)
 	}
@@ -370,26 +420,14 @@ func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCir
 }
 
 // observeSignal keeps the API server signal of a breaker that enabled it.
-func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, obs observed, deleting bool) *apisignal.Status {
-	spec := b.Spec.APIServerSignal
-	if r.Signals == nil {
-		return nil
-	}
-	if spec == nil || !spec.Enabled || deleting || obs.state.Index < 0 {
+func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) *apisignal.Status {
+	sig := spec.Signal
+	if sig == nil || deleting || obs.state.Index < 0 {
 		r.Signals.Stop(b.Name)
 		return nil
 	}
 	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: circuit.MetricType(b.Spec.Target.Kind)},
-		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
-	if spec.Window != nil && spec.Window.Duration > 0 {
-		settings.Window = spec.Window.Duration
-	}
-	if spec.MinimumCalls > 0 {
-		settings.MinimumCalls = int(spec.MinimumCalls)
-	}
-	if spec.FailureRateThreshold > 0 {
-		settings.FailureRateThreshold = float64(spec.FailureRateThreshold)
-	}
+		Window: sig.Window, MinimumCalls: int(sig.MinimumCalls), FailureRateThreshold: float64(sig.FailureRateThreshold)}
 	if err := r.Signals.Ensure(b.Name, settings); err != nil {
 		return &apisignal.Status{FailureRate: -1, Message: err.Error()}
 	}
@@ -400,18 +438,21 @@ func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, obs observ
 	return &st
 }
 
-func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, deleting bool) Input {
-	p := withDefaults(b.Spec.Probe)
+func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) Input {
+	verdict := obs.health.Verdict
+	if verdict == "" {
+		verdict = probe.VerdictPending // no probe yet
+	}
 	in := Input{
-		Mode:        b.Spec.Mode,
-		Action:      b.Spec.OpenAction,
+		Mode:        spec.Mode,
+		Action:      spec.Action,
 		BreakerUID:  b.UID,
 		Deleting:    deleting,
 		TargetFound: obs.cfg != nil && obs.state.Index >= 0,
 		State:       obs.state,
 		Health: Health{
+			Verdict:  verdict,
 			Failures: obs.health.ConsecutiveFailures, Successes: obs.health.ConsecutiveSuccesses,
-			FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 			LastReason: obs.health.Last.Reason,
 		},
 		ProbeUnknown:     obs.health.Last.Status == probe.Unknown,
@@ -420,9 +461,6 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, obs observed, dele
 		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
 		NotApproved:      obs.notApproved,
 		EverRead:         b.Status.TargetUID != "",
-	}
-	if in.Action == "" {
-		in.Action = v1alpha1.OpenActionIgnore
 	}
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
@@ -473,9 +511,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 }
 
 func (r *Reconciler) event(b *v1alpha1.WebhookCircuitBreaker, typ, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(b, nil, typ, reason, action, note, args...)
-	}
+	r.Recorder.Eventf(b, nil, typ, reason, action, note, args...)
 }
 
 // patchFinalizer adds or removes the finalizer with an optimistic lock, so a
@@ -501,8 +537,9 @@ func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
 
 // report writes the status if it changed, and emits events for refusals the
 // first time they happen.
-func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs observed, after circuit.State, writeErr error) error {
-	status := computeStatus(b, in, d, obs, after, writeErr, metav1.NewTime(r.Clock.Now().Truncate(time.Second)))
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o outcome) error {
+	d := o.d
+	status := computeStatus(b, o)
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
 	r.emitConditionEvents(b, status)
 	if d.Refused {

@@ -20,8 +20,14 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
+
+// DefaultMaxConcurrentReconciles is how many breakers are reconciled at
+// once unless told otherwise (--max-concurrent-reconciles): enough that one
+// outage's writes to many configurations do not queue behind each other.
+const DefaultMaxConcurrentReconciles = 32
 
 // Options configure Setup.
 type Options struct {
@@ -31,7 +37,7 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
-	// MaxConcurrentReconciles defaults to 4.
+	// MaxConcurrentReconciles defaults to DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 	// Reviewer sends audit re-reviews; nil means the Prober if it is a
 	// *probe.HTTPProber, else a new one.
@@ -78,8 +84,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.MaxConcurrentReconciles == 0 {
-		opts.MaxConcurrentReconciles = 4
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	var metrics *Metrics
 	if opts.Registerer != nil {
@@ -121,9 +127,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 			reviewer = &probe.HTTPProber{}
 		}
 	}
-	audits := &AuditRunner{
+	audits := &auditrun.Runner{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Reviewer: reviewer,
-		Requester: opts.Requester, Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Metrics: metrics,
+		Requester: opts.Requester, Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Done: metrics.setAudit,
 	}
 	if err := mgr.Add(audits); err != nil {
 		return nil, fmt.Errorf("add audit runner: %w", err)

@@ -95,7 +95,7 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	b.health.set(name, probe.Unhealthy) // one failed probe: below the threshold of 3
 	b.health.mu.Lock()
 	o := b.health.obs[name]
-	o.ConsecutiveFailures = 1
+	o.ConsecutiveFailures, o.Verdict = 1, probe.VerdictPending
 	b.health.obs[name] = o
 	b.health.mu.Unlock()
 	b.settle(r, name)

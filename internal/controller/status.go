@@ -30,110 +30,95 @@ const (
 // maxHistory bounds status.history (the CRD enforces the same).
 const maxHistory = 20
 
-// Probe defaults; the CRD applies the same ones.
-const (
-	defaultInterval         = time.Second
-	defaultTimeout          = 250 * time.Millisecond
-	defaultFailureThreshold = 3
-	defaultSuccessThreshold = 5
-	defaultHealthPath       = "/healthz"
-)
-
-// resolvedProbe is a ProbeSpec with every default applied.
-type resolvedProbe struct {
-	Interval, Timeout                  time.Duration
-	FailureThreshold, SuccessThreshold int32
-	Kind                               v1alpha1.ProbeKind
-	HealthPath                         string
-}
-
-// withDefaults applies defaults the API server normally applies, so a breaker
-// stored before a default existed still behaves.
-func withDefaults(p v1alpha1.ProbeSpec) resolvedProbe {
-	r := resolvedProbe{defaultInterval, defaultTimeout, defaultFailureThreshold, defaultSuccessThreshold, v1alpha1.ProbeHTTPGet, defaultHealthPath}
-	if p.Interval != nil && p.Interval.Duration > 0 {
-		r.Interval = p.Interval.Duration
-	}
-	if p.Timeout != nil && p.Timeout.Duration > 0 {
-		r.Timeout = p.Timeout.Duration
-	}
-	if p.FailureThreshold > 0 {
-		r.FailureThreshold = p.FailureThreshold
-	}
-	if p.SuccessThreshold > 0 {
-		r.SuccessThreshold = p.SuccessThreshold
-	}
-	if p.Kind != "" {
-		r.Kind = p.Kind
-	}
-	if p.HealthPath != "" {
-		r.HealthPath = p.HealthPath
-	}
-	return r
-}
-
-func probeSettings(b *v1alpha1.WebhookCircuitBreaker, w circuit.Webhook) probe.Settings {
-	p := withDefaults(b.Spec.Probe)
+// probeSettings are the monitor's settings for the breaker's webhook w.
+func probeSettings(p v1alpha1.ResolvedProbe, w circuit.Webhook) probe.Settings {
 	return probe.Settings{
 		Target: probe.Target{
 			ClientConfig: w.ClientConfig, Kind: p.Kind, HealthPath: p.HealthPath,
-			Timeout: p.Timeout, ReviewVersions: w.ReviewVersions,
+			Timeout: p.Timeout, ReviewVersions: w.ReviewVersions, EndpointMode: p.Endpoints,
 		},
 		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 	}
 }
 
+// outcome is what one reconcile read, decided and wrote: everything the
+// next status is derived from.
+type outcome struct {
+	in       Input
+	d        Decision
+	obs      observed
+	after    circuit.State // the circuit as the write left it
+	writeErr error
+	now      metav1.Time
+}
+
+// ours is the record the write left on the webhook, if it is this breaker's.
+func (o outcome) ours(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.CircuitRecord {
+	if r := o.after.Record; r != nil && r.BreakerUID == b.UID {
+		return r
+	}
+	return nil
+}
+
+// computeStatus derives the next status from what was read, decided and
+// written. The webhook's record is the truth; the status only mirrors it.
+func computeStatus(b *v1alpha1.WebhookCircuitBreaker, o outcome) v1alpha1.WebhookCircuitBreakerStatus {
+	s := *b.Status.DeepCopy()
+	s.ObservedGeneration = b.Generation
+	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
+	if o.obs.notApproved != "" {
+		// Unreadable, not gone: what the status last mirrored stays, since
+		// the change may still be on the webhook.
+		return notApprovedStatus(s, b, o)
+	}
+	ours := o.ours(b)
+	mirrorRecord(&s, o, ours)
+	setState(&s, b, o, ours)
+	setConditions(&s, b, o, ours)
+	return s
+}
+
 // notApprovedStatus is the status of a breaker whose target tripswitch may
 // not read: Unknown, not Ready, and what to change.
-func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, d Decision, obs observed, now metav1.Time) v1alpha1.WebhookCircuitBreakerStatus {
+func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome) v1alpha1.WebhookCircuitBreakerStatus {
 	if s.State != v1alpha1.StateUnknown {
 		s.State = v1alpha1.StateUnknown
-		s.LastTransitionTime = &now
+		s.LastTransitionTime = &o.now
 	}
-	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
 	for _, c := range []metav1.Condition{
-		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: d.Message},
-		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: obs.notApproved},
+		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.d.Message},
+		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.obs.notApproved},
 	} {
-		c.ObservedGeneration, c.LastTransitionTime = b.Generation, now
+		c.ObservedGeneration, c.LastTransitionTime = b.Generation, o.now
 		meta.SetStatusCondition(&s.Conditions, c)
 	}
 	return s
 }
 
-// computeStatus derives the next status from what was read, decided and
-// written. The webhook's record is the truth; the status only mirrors it.
-func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs observed, after circuit.State, writeErr error, now metav1.Time) v1alpha1.WebhookCircuitBreakerStatus {
-	s := *b.Status.DeepCopy()
-	s.ObservedGeneration = b.Generation
-	gen := b.Generation
-
-	ours := after.Record
-	if ours != nil && ours.BreakerUID != b.UID {
-		ours = nil
-	}
-	// The record lives and dies with the configuration: one that is gone, or
-	// was recreated (new UID), carries no record of ours.
+// mirrorRecord makes the status's record and history follow the record on
+// the webhook. The record lives and dies with the configuration: one that
+// is gone, or was recreated (new UID), carries no record of ours.
+func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o outcome, ours *v1alpha1.CircuitRecord) {
 	switch {
-	case obs.notApproved != "":
-		// Unreadable, not gone: what the status last mirrored stays, since
-		// the change may still be on the webhook.
-		return notApprovedStatus(s, b, d, obs, now)
-	case obs.cfg == nil:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, now)
+	case o.obs.cfg == nil:
+		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, o.now)
 		s.Record = nil
-	case obs.cfg.Object.GetUID() != s.TargetUID:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetRecreated, now)
+	case o.obs.cfg.Object.GetUID() != s.TargetUID:
+		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetRecreated, o.now)
 		s.Record = nil
-		s.TargetUID = obs.cfg.Object.GetUID()
+		s.TargetUID = o.obs.cfg.Object.GetUID()
 	}
-	if in.TargetFound && after.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, in.State.Record, d), now)
+	if o.in.TargetFound && o.after.RecordErr == nil {
+		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d), o.now)
 		s.Record = ours
 	}
+}
 
+// setState sets what an operator reads at a glance, and the numbers behind
+// it: the state, the disarm, the probe's counts and the API server signal.
+func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome, ours *v1alpha1.CircuitRecord) {
 	s.APIServer = nil
-	if sig := obs.signal; sig != nil {
+	if sig := o.obs.signal; sig != nil {
 		s.APIServer = &v1alpha1.APIServerSignalStatus{Failing: sig.Failing, FailureRatePercent: int32(sig.FailureRate),
 			Calls: sig.Calls, Failures: sig.Failures, Message: sig.Message}
 		if !sig.At.IsZero() {
@@ -146,53 +131,55 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		s.DisarmedReason = ""
 	}
 	switch {
-	case d.Disarm != "":
-		s.DisarmedReason = d.Disarm
-	case d.Rearm:
+	case o.d.Disarm != "":
+		s.DisarmedReason = o.d.Disarm
+	case o.d.Rearm:
 		s.DisarmedReason = ""
 	}
-
-	// The state an operator reads at a glance: Open while tripswitch holds a
-	// change; Unknown when it cannot tell or cannot act on its target;
-	// Disarmed when it will not open for this outage; Closed otherwise.
+	// Open while tripswitch holds a change; Unknown when it cannot tell or
+	// cannot act on its target; Disarmed when it will not open for this
+	// outage; Closed otherwise.
 	state := v1alpha1.StateClosed
 	switch {
 	case ours != nil:
 		state = v1alpha1.StateOpen
-	case d.Blocked:
+	case o.d.Blocked:
 		state = v1alpha1.StateUnknown
 	case s.DisarmedReason != "":
 		state = v1alpha1.StateDisarmed
 	}
 	if state != s.State {
 		s.State = state
-		s.LastTransitionTime = &now
+		s.LastTransitionTime = &o.now
 	}
-	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
-
+	h := o.obs.health
 	s.Probe = v1alpha1.ProbeStatus{
-		ConsecutiveFailures:  obs.health.ConsecutiveFailures,
-		ConsecutiveSuccesses: obs.health.ConsecutiveSuccesses,
-		LastResult:           string(obs.health.Last.Status),
-		LastReason:           obs.health.Last.Reason,
+		ConsecutiveFailures:  h.ConsecutiveFailures,
+		ConsecutiveSuccesses: h.ConsecutiveSuccesses,
+		LastResult:           string(h.Last.Status),
+		LastReason:           h.Last.Reason,
 	}
-	if b.Spec.Probe.Endpoints && obs.health.Last.Status != "" {
-		s.Probe.HealthyEndpoints = new(int32(obs.health.Last.Healthy))
-		s.Probe.Endpoints = new(int32(obs.health.Last.Total))
+	if b.Spec.Probe.Endpoints && h.Last.Status != "" {
+		s.Probe.HealthyEndpoints = new(int32(h.Last.Healthy))
+		s.Probe.Endpoints = new(int32(h.Last.Total))
 	}
+}
 
+// setConditions sets the conditions from the outcome and the state.
+func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome, ours *v1alpha1.CircuitRecord) {
+	in, d := o.in, o.d
 	set := func(typ string, ok bool, reason, msg string) {
 		st := metav1.ConditionFalse
 		if ok {
 			st = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: b.Generation, LastTransitionTime: o.now})
 	}
 	switch {
 	case in.TargetFound:
 		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
 	default:
-		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, obs))
+		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.obs))
 	}
 	if ours != nil {
 		set(ConditionCircuitOpen, true, ReasonCircuitOpen, string(ours.Action)+" since "+ours.OpenedAt.UTC().Format(time.RFC3339)+": "+ours.Reason)
@@ -204,17 +191,17 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	} else if s.DisarmedReason == "" {
 		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
 	}
-	switch sig := obs.signal; {
+	switch sig := o.obs.signal; {
 	case sig == nil:
 		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
 	case sig.Unreadable:
 		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
-	case obs.ambiguous != "":
-		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, obs.ambiguous)
+	case o.obs.ambiguous != "":
+		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, o.obs.ambiguous)
 	default:
 		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
 	}
-	if obs.health.Late {
+	if o.obs.health.Late {
 		set(ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
 			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
 	} else {
@@ -229,12 +216,12 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
 	}
 	switch {
-	case writeErr != nil:
+	case o.writeErr != nil:
 		reason := ReasonWriteFailed
-		if d.Write == WriteOpen && isCannotBypass(writeErr) {
+		if d.Write == WriteOpen && isCannotBypass(o.writeErr) {
 			reason = ReasonCannotBypass
 		}
-		set(ConditionReady, false, reason, writeErr.Error())
+		set(ConditionReady, false, reason, o.writeErr.Error())
 	case d.Blocked:
 		set(ConditionReady, false, d.Reason, d.Message)
 	case s.DisarmedReason != "" && ours == nil:
@@ -248,7 +235,6 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, in Input, d Decision, obs 
 	default:
 		set(ConditionReady, true, ReasonArmed, "tripswitch can open and close this webhook's circuit")
 	}
-	return s
 }
 
 // closeReason is why the window of the record the status mirrored closed:

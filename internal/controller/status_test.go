@@ -77,7 +77,7 @@ func TestComputeStatus(t *testing.T) {
 			if tc.in.ProbeUnknown {
 				obs.health.Last = probe.Result{Status: probe.Unknown, Reason: tc.in.ProbeReason}
 			}
-			s := computeStatus(b, tc.in, tc.d, obs, tc.after, tc.writeErr, now)
+			s := computeStatus(b, outcome{in: tc.in, d: tc.d, obs: obs, after: tc.after, writeErr: tc.writeErr, now: now})
 			ready := meta.FindStatusCondition(s.Conditions, ConditionReady)
 			if s.State != tc.wantState || ready == nil || ready.Status != tc.wantReady || ready.Reason != tc.wantReason {
 				t.Fatalf("state %s, Ready %+v; want %s, %s %s", s.State, ready, tc.wantState, tc.wantReady, tc.wantReason)

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,33 @@ func TestAPIServerAppliesSeedDefaults(t *testing.T) {
 	got.Spec.Target.WebhookName = "else.tripswitch.test"
 	if err := b.c.Update(b.ctx, &got); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "target is immutable") {
 		t.Fatalf("changing the target: %v", err)
+	}
+}
+
+// TestGoDefaultsAreTheCRDs: a breaker created with nothing but its target
+// and the signal and audit switched on reads back from the API server with
+// the CRD's defaults, which resolve to exactly what Resolve gives the same
+// spec without them: the markers and v1alpha1's Default constants agree.
+func TestGoDefaultsAreTheCRDs(t *testing.T) {
+	b := newBed(t)
+	created := b.createBreaker(b.cfg, func(w *v1alpha1.WebhookCircuitBreaker) {
+		w.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+		w.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true}
+	})
+	local := created.DeepCopy() // as sent: no defaults
+	local.Spec.Probe, local.Spec.Mode, local.Spec.OpenAction = v1alpha1.ProbeSpec{}, "", ""
+	local.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+	local.Spec.Audit = &v1alpha1.AuditSpec{Enabled: true}
+	var got v1alpha1.WebhookCircuitBreaker
+	if err := b.c.Get(b.ctx, types.NamespacedName{Name: b.cfg}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Probe.Interval == nil || got.Spec.APIServerSignal.Window == nil || got.Spec.Audit.QPS == 0 {
+		t.Fatalf("the API server applied no defaults: %+v", got.Spec)
+	}
+	server, goSide := got.Spec.Resolve(), local.Spec.Resolve()
+	if !reflect.DeepEqual(server, goSide) {
+		t.Fatalf("the CRD's defaults resolve to\n%+v %+v %+v\nthe Go defaults to\n%+v %+v %+v",
+			server, *server.Signal, *server.Audit, goSide, *goSide.Signal, *goSide.Audit)
 	}
 }

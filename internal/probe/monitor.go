@@ -17,9 +17,26 @@ type Settings struct {
 	SuccessThreshold int32
 }
 
+// Verdict is what a webhook's consecutive probe results say against the
+// breaker's thresholds.
+type Verdict string
+
+// Verdicts.
+const (
+	// VerdictPending: neither count has reached its threshold.
+	VerdictPending Verdict = "Pending"
+	// VerdictUnhealthy: failureThreshold consecutive probes failed.
+	VerdictUnhealthy Verdict = "Unhealthy"
+	// VerdictHealthy: successThreshold consecutive probes succeeded.
+	VerdictHealthy Verdict = "Healthy"
+)
+
 // Observation is a monitor's current view of one webhook. The consecutive
 // counts saturate at their thresholds: beyond that they change no decision.
 type Observation struct {
+	// Verdict is the counts against the thresholds: the one place a probe
+	// count becomes "down" or "up". Empty before the first probe (Pending).
+	Verdict              Verdict
 	ConsecutiveFailures  int32
 	ConsecutiveSuccesses int32
 	// Last is the most recent result; its Status is empty before the first probe.
@@ -101,14 +118,17 @@ func (m *Monitor) Ensure(key string, s Settings) {
 		m.run(key, l)
 		return
 	}
-	if l.settings.Interval != s.Interval && l.cancel != nil {
+	restart := l.settings.Interval != s.Interval && l.cancel != nil
+	l.settings = s
+	if l.obs.Last.Status != "" {
+		// New thresholds judge the counts at once, not at the next probe.
+		l.obs.Verdict = verdictOf(l.obs, s)
+	}
+	if restart {
 		l.cancel()
 		l.cancel = nil
-		l.settings = s
 		m.run(key, l)
-		return
 	}
-	l.settings = s
 }
 
 // Stop stops probing key and forgets its observation. When it returns, key's
@@ -195,7 +215,7 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		prev := l.obs
 		l.obs = observe(l.obs, r, s)
 		l.obs = lateness(l.obs, r.Lag, interval)
-		changed := Changed(prev, l.obs, s)
+		changed := Changed(prev, l.obs)
 		m.mu.Unlock()
 		m.notify(key, r, changed)
 		select {
@@ -247,7 +267,20 @@ func observe(o Observation, r Result, s Settings) Observation {
 		// Unknown says nothing about health in either direction.
 		o.ConsecutiveFailures, o.ConsecutiveSuccesses = 0, 0
 	}
+	o.Verdict = verdictOf(o, s)
 	return o
+}
+
+// verdictOf adds the counts up against the thresholds. A threshold under
+// one is a settings bug, never a verdict.
+func verdictOf(o Observation, s Settings) Verdict {
+	switch {
+	case s.FailureThreshold > 0 && o.ConsecutiveFailures >= s.FailureThreshold:
+		return VerdictUnhealthy
+	case s.SuccessThreshold > 0 && o.ConsecutiveSuccesses >= s.SuccessThreshold:
+		return VerdictHealthy
+	}
+	return VerdictPending
 }
 
 // Changed reports whether next differs from prev in anything a decision
@@ -256,18 +289,9 @@ func observe(o Observation, r Result, s Settings) Observation {
 // whether probes keep their interval.
 // Probes that only move a count below its threshold change nothing; the
 // status shows the counts as of the last decision.
-func Changed(prev, next Observation, s Settings) bool {
-	verdict := func(o Observation) int {
-		switch {
-		case o.ConsecutiveFailures >= s.FailureThreshold:
-			return -1
-		case o.ConsecutiveSuccesses >= s.SuccessThreshold:
-			return 1
-		}
-		return 0
-	}
+func Changed(prev, next Observation) bool {
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
-	return verdict(prev) != verdict(next) || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
+	return prev.Verdict != next.Verdict || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
 		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == "" || prev.Late != next.Late
 }

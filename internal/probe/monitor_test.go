@@ -225,3 +225,39 @@ func TestLateProbesAreReported(t *testing.T) {
 		t.Fatalf("after probes two intervals apart: Late %v, lag %v", obs.Late, obs.Last.Lag)
 	}
 }
+
+// The observation carries the verdict: the counts against the thresholds,
+// judged by the monitor alone. New thresholds judge the counts at once.
+func TestMonitorJudgesTheVerdict(t *testing.T) {
+	p := &script{status: probe.Unhealthy}
+	h := start(t, p)
+	h.mon.Ensure("b", settings) // failure threshold 3
+	h.tick("b", time.Second)
+	if o, _ := h.mon.Observe("b"); o.ConsecutiveFailures < 3 && o.Verdict != probe.VerdictPending {
+		t.Fatalf("%d failures of 3: verdict %s, want Pending", o.ConsecutiveFailures, o.Verdict)
+	}
+	for o, _ := h.mon.Observe("b"); o.ConsecutiveFailures < 3; o, _ = h.mon.Observe("b") {
+		h.tick("b", time.Second)
+	}
+	if o, _ := h.mon.Observe("b"); o.Verdict != probe.VerdictUnhealthy {
+		t.Fatalf("3 failures of 3: verdict %s, want Unhealthy", o.Verdict)
+	}
+	stricter := settings
+	stricter.FailureThreshold = 10
+	h.mon.Ensure("b", stricter)
+	if o, _ := h.mon.Observe("b"); o.Verdict != probe.VerdictPending {
+		t.Fatalf("3 failures, threshold raised to 10: verdict %s, want Pending at once", o.Verdict)
+	}
+	p.set(probe.Healthy)
+	o := h.tickUntil("b", probe.Healthy)
+	for ; o.ConsecutiveSuccesses < 2; o, _ = h.mon.Observe("b") {
+		h.tick("b", time.Second)
+	}
+	if o.Verdict != probe.VerdictHealthy {
+		t.Fatalf("2 successes of 2: verdict %s, want Healthy", o.Verdict)
+	}
+	p.set(probe.Unknown)
+	if o := h.tickUntil("b", probe.Unknown); o.Verdict != probe.VerdictPending {
+		t.Fatalf("an Unknown result: verdict %s, want Pending", o.Verdict)
+	}
+}

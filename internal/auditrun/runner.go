@@ -1,4 +1,9 @@
-package controller
+// Package auditrun runs the audits of breakers' closed windows: after a
+// circuit closes, it finds what was admitted without the webhook
+// (internal/audit), records the result in the breaker's status history and
+// says so in an event. It runs on the leader, one audit at a time, and
+// reports each audit's counts through a callback.
+package auditrun
 
 import (
 	"context"
@@ -21,7 +26,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
-// Audit event reasons and results.
+// Audit event reasons and the results in status.history[].audit.
 const (
 	ReasonAuditObjections = "AuditObjections"
 	ReasonAuditClean      = "AuditClean"
@@ -34,9 +39,9 @@ const (
 // maxAuditRefs bounds status.history[].audit.objects (the CRD enforces it).
 const maxAuditRefs = 10
 
-// AuditRunner audits the open windows of breakers with spec.audit enabled,
+// Runner audits the open windows of breakers with spec.audit enabled,
 // one audit at a time, after each window closes. It runs on the leader.
-type AuditRunner struct {
+type Runner struct {
 	// Client writes the result into the breaker's status.
 	Client client.Client
 	// Reader reads breakers and webhook configurations uncached.
@@ -51,20 +56,21 @@ type AuditRunner struct {
 	Requester string
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
-	Metrics   *Metrics
+	// Done, if set, is told each completed audit's counts by verdict.
+	Done func(breaker string, counts map[audit.Verdict]int)
 
 	once    sync.Once
 	queue   chan string
 	pending sync.Map // breaker name -> struct{}
 }
 
-func (a *AuditRunner) init() {
+func (a *Runner) init() {
 	a.once.Do(func() { a.queue = make(chan string, 1024) })
 }
 
 // Request asks for the breaker's pending audits; it never blocks, and a
 // breaker already waiting is not queued twice.
-func (a *AuditRunner) Request(breaker string) {
+func (a *Runner) Request(breaker string) {
 	a.init()
 	if _, loaded := a.pending.LoadOrStore(breaker, struct{}{}); loaded {
 		return
@@ -77,10 +83,10 @@ func (a *AuditRunner) Request(breaker string) {
 }
 
 // NeedLeaderElection: only the leader audits.
-func (a *AuditRunner) NeedLeaderElection() bool { return true }
+func (a *Runner) NeedLeaderElection() bool { return true }
 
 // Start audits requested breakers until ctx ends.
-func (a *AuditRunner) Start(ctx context.Context) error {
+func (a *Runner) Start(ctx context.Context) error {
 	a.init()
 	for {
 		select {
@@ -95,9 +101,9 @@ func (a *AuditRunner) Start(ctx context.Context) error {
 	}
 }
 
-// auditDue reports whether b has a closed window without an audit.
-func auditDue(b *v1alpha1.WebhookCircuitBreaker) bool {
-	if b.Spec.Audit == nil || !b.Spec.Audit.Enabled {
+// Due reports whether b has a closed window without an audit.
+func Due(b *v1alpha1.WebhookCircuitBreaker) bool {
+	if b.Spec.Resolve().Audit == nil {
 		return false
 	}
 	for _, w := range b.Status.History {
@@ -110,13 +116,13 @@ func auditDue(b *v1alpha1.WebhookCircuitBreaker) bool {
 
 // AuditPending audits every closed window of the breaker that has no audit
 // yet, oldest first, and records each result in its status.
-func (a *AuditRunner) AuditPending(ctx context.Context, name string) error {
+func (a *Runner) AuditPending(ctx context.Context, name string) error {
 	for {
 		var b v1alpha1.WebhookCircuitBreaker
 		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if !auditDue(&b) {
+		if !Due(&b) {
 			return nil
 		}
 		var w v1alpha1.OpenWindow
@@ -138,7 +144,7 @@ func (a *AuditRunner) AuditPending(ctx context.Context, name string) error {
 }
 
 // run performs one audit; a failure is a result, not an error.
-func (a *AuditRunner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audit.Report) {
+func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audit.Report) {
 	now := func() metav1.Time { return metav1.NewTime(a.Clock.Now().Truncate(time.Second)) }
 	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audit.Report) {
 		return &v1alpha1.AuditResult{Result: AuditFailed, CompletedAt: now(), Message: "audit not possible: " + fmt.Sprintf(format, args...)}, nil
@@ -147,13 +153,15 @@ func (a *AuditRunner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker
 	if err != nil {
 		return failed("%v", err)
 	}
-	spec := b.Spec.Audit
-	qps := max(spec.QPS, 1)
-	auditor, err := audit.NewAuditor(a.Config, float32(qps), int(qps), a.Reviewer)
+	spec := b.Spec.Resolve().Audit
+	if spec == nil {
+		return failed("spec.audit is no longer enabled")
+	}
+	auditor, err := audit.NewAuditor(a.Config, float32(spec.QPS), int(spec.QPS), a.Reviewer)
 	if err != nil {
 		return failed("%v", err)
 	}
-	auditor.MaxObjects = int(max(spec.MaxObjects, 1))
+	auditor.MaxObjects = int(spec.MaxObjects)
 	auditor.User = a.Requester
 	to := w.OpenedAt.Time
 	if w.ClosedAt != nil {
@@ -189,7 +197,7 @@ func resultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditRe
 
 // record writes the result into the window that opened at openedAt. A
 // breaker deleted meanwhile is the routine end of an audit, not an error.
-func (a *AuditRunner) record(ctx context.Context, name string, openedAt metav1.Time, result *v1alpha1.AuditResult) error {
+func (a *Runner) record(ctx context.Context, name string, openedAt metav1.Time, result *v1alpha1.AuditResult) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var b v1alpha1.WebhookCircuitBreaker
 		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
@@ -206,9 +214,9 @@ func (a *AuditRunner) record(ctx context.Context, name string, openedAt metav1.T
 	return client.IgnoreNotFound(err)
 }
 
-func (a *AuditRunner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, r *audit.Report) {
-	if r != nil {
-		a.Metrics.setAudit(b.Name, r.Counts)
+func (a *Runner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, r *audit.Report) {
+	if r != nil && a.Done != nil {
+		a.Done(b.Name, r.Counts)
 	}
 	if a.Recorder == nil {
 		return

@@ -1,0 +1,119 @@
+package v1alpha1
+
+import "time"
+
+// The spec's defaults. The API server applies them through the CRD's
+// +kubebuilder:default markers, which must say the same (a test compares
+// the generated CRD with these); Resolve applies them to a breaker stored
+// before a default existed, or created where the CRD's defaulting did not
+// run. Nothing else in tripswitch spells a default of the spec.
+const (
+	DefaultProbeInterval         = time.Second
+	DefaultProbeTimeout          = 250 * time.Millisecond
+	DefaultProbeFailureThreshold = 3
+	DefaultProbeSuccessThreshold = 5
+	DefaultProbeKind             = ProbeHTTPGet
+	DefaultProbeHealthPath       = "/healthz"
+	DefaultOpenAction            = OpenActionIgnore
+	DefaultMode                  = ModeAuto
+	DefaultSignalWindow          = 30 * time.Second
+	DefaultSignalMinimumCalls    = 10
+	DefaultSignalFailureRate     = 50
+	DefaultAuditMaxObjects       = 1000
+	DefaultAuditQPS              = 5
+)
+
+// ResolvedSpec is a breaker's spec with every default applied, resolved
+// once per reconcile.
+// +kubebuilder:object:generate=false
+type ResolvedSpec struct {
+	Mode   Mode
+	Action OpenAction
+	Probe  ResolvedProbe
+	// Signal is nil when the API server signal is off.
+	Signal *ResolvedSignal
+	// Audit is nil when the audit is off.
+	Audit *ResolvedAudit
+}
+
+// ResolvedProbe is spec.probe with its defaults.
+// +kubebuilder:object:generate=false
+type ResolvedProbe struct {
+	Interval, Timeout                  time.Duration
+	FailureThreshold, SuccessThreshold int32
+	Kind                               ProbeKind
+	HealthPath                         string
+	Endpoints                          bool
+}
+
+// ResolvedSignal is spec.apiServerSignal with its defaults.
+// +kubebuilder:object:generate=false
+type ResolvedSignal struct {
+	Window               time.Duration
+	MinimumCalls         int32
+	FailureRateThreshold int32
+}
+
+// ResolvedAudit is spec.audit with its defaults.
+// +kubebuilder:object:generate=false
+type ResolvedAudit struct {
+	MaxObjects, QPS int32
+}
+
+// Resolve returns the spec with every default applied.
+func (s *WebhookCircuitBreakerSpec) Resolve() ResolvedSpec {
+	r := ResolvedSpec{Mode: s.Mode, Action: s.OpenAction, Probe: s.Probe.Resolve()}
+	if r.Mode == "" {
+		r.Mode = DefaultMode
+	}
+	if r.Action == "" {
+		r.Action = DefaultOpenAction
+	}
+	if sig := s.APIServerSignal; sig != nil && sig.Enabled {
+		r.Signal = &ResolvedSignal{Window: DefaultSignalWindow, MinimumCalls: DefaultSignalMinimumCalls, FailureRateThreshold: DefaultSignalFailureRate}
+		if sig.Window != nil && sig.Window.Duration > 0 {
+			r.Signal.Window = sig.Window.Duration
+		}
+		if sig.MinimumCalls > 0 {
+			r.Signal.MinimumCalls = sig.MinimumCalls
+		}
+		if sig.FailureRateThreshold > 0 {
+			r.Signal.FailureRateThreshold = sig.FailureRateThreshold
+		}
+	}
+	if a := s.Audit; a != nil && a.Enabled {
+		r.Audit = &ResolvedAudit{MaxObjects: DefaultAuditMaxObjects, QPS: DefaultAuditQPS}
+		if a.MaxObjects > 0 {
+			r.Audit.MaxObjects = a.MaxObjects
+		}
+		if a.QPS > 0 {
+			r.Audit.QPS = a.QPS
+		}
+	}
+	return r
+}
+
+// Resolve returns the probe spec with every default applied.
+func (p ProbeSpec) Resolve() ResolvedProbe {
+	r := ResolvedProbe{DefaultProbeInterval, DefaultProbeTimeout, DefaultProbeFailureThreshold, DefaultProbeSuccessThreshold,
+		DefaultProbeKind, DefaultProbeHealthPath, p.Endpoints}
+	if p.Interval != nil && p.Interval.Duration > 0 {
+		r.Interval = p.Interval.Duration
+	}
+	if p.Timeout != nil && p.Timeout.Duration > 0 {
+		r.Timeout = p.Timeout.Duration
+	}
+	if p.FailureThreshold > 0 {
+		r.FailureThreshold = p.FailureThreshold
+	}
+	if p.SuccessThreshold > 0 {
+		r.SuccessThreshold = p.SuccessThreshold
+	}
+	if p.Kind != "" {
+		r.Kind = p.Kind
+	}
+	if p.HealthPath != "" {
+		r.HealthPath = p.HealthPath
+	}
+	return r
+}
