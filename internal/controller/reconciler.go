@@ -56,7 +56,7 @@ type Reconciler struct {
 	// no synced watch for them, and a breaker whose cached copy lags.
 	APIReader client.Reader
 	// Targets, if set, watches each target configuration by name and serves
-	// its reads (*Targets); unset, every read goes through APIReader.
+	// its reads (*targetwatch.Targets); unset, every read goes through APIReader.
 	Targets TargetSource
 	Health  HealthSource
 	// Recorder, if set, receives the breaker's events.
@@ -82,7 +82,7 @@ type Reconciler struct {
 }
 
 // TargetSource serves reads of target configurations from their watches;
-// *Targets implements it.
+// *targetwatch.Targets implements it.
 type TargetSource interface {
 	// Get returns the configuration as its watch has it; cached is false
 	// when there is no synced watch to serve it.

@@ -22,6 +22,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
 // DefaultMaxConcurrentReconciles is how many breakers are reconciled at
@@ -115,7 +116,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create clientset: %w", err)
 	}
-	targets := NewTargets(cs, enqueue)
+	targets := targetwatch.New(cs, enqueue)
 	if err := mgr.Add(targets); err != nil {
 		return nil, fmt.Errorf("add target watches: %w", err)
 	}

@@ -1,4 +1,7 @@
-package controller
+// Package targetwatch watches the webhook configurations breakers target,
+// one watch per configuration selected by name, and serves the reconciler's
+// reads of them from the watches' stores.
+package targetwatch
 
 import (
 	"context"
@@ -44,8 +47,8 @@ type targetWatch struct {
 	stop     context.CancelFunc
 }
 
-// NewTargets returns a watcher that reports changes through onChange.
-func NewTargets(cs kubernetes.Interface, onChange func(breaker string)) *Targets {
+// New returns a watcher that reports changes through onChange.
+func New(cs kubernetes.Interface, onChange func(breaker string)) *Targets {
 	return &Targets{client: cs, onChange: onChange, watches: map[targetKey]*targetWatch{}, breakers: map[string]targetKey{}}
 }
 
