@@ -6,10 +6,7 @@ FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS TARGETARCH VERSION=devel
 WORKDIR /src
 COPY go.mod go.sum ./
-# The controller uses the breaker module from this repository (a replace).
-COPY breaker/go.mod breaker/
 RUN go mod download
-COPY breaker/ breaker/
 COPY api/ api/
 COPY cmd/tripswitch/ cmd/tripswitch/
 COPY internal/ internal/

@@ -8,14 +8,18 @@ GO_TEST_FLAGS        ?=
 # Library modules: each its own go.mod, so a user of one pulls in only what
 # it needs (see README, "Modules").
 LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate examples
+# The modules that keep Helm, kustomize, the Prometheus server, gonum/plot
+# and go-containerregistry out of the controller's module graph: the
+# end-to-end and release tests, the release tool and the demo command.
+DEV_MODULES          := test hack/release cmd/tripswitch-demo
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
 .PHONY: all help tools test test-short test-e2e lint generate verify build release demo run bench
 
-# The end-to-end packages: the controller as a process, Helm and kustomize
-# installs, failover. They take most of `make test`'s time.
-E2E_PACKAGES := ./test/e2e/... ./test/deploy/...
+# The end-to-end packages of the test module: the controller as a process,
+# Helm and kustomize installs, failover. They take most of `make test`'s time.
+E2E_PACKAGES := ./e2e/... ./deploy/...
 
 all: lint test
 
@@ -30,17 +34,19 @@ tools:
 ## test: build the control plane if needed, then run every test of every module with the race detector
 test: tools
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
+	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...); done
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 	@echo "== module breaker, without the race detector (its timings and 10,000-goroutine tests)"; cd breaker && go test $(GO_TEST_FLAGS) ./...
 
 ## test-short: the inner loop: every module's tests except the end-to-end packages (test/e2e, test/deploy)
 test-short: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/deploy)
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
+	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/deploy)
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 
 ## test-e2e: only the end-to-end packages, against the real API server
 test-e2e: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $(E2E_PACKAGES)
+	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $(E2E_PACKAGES)
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -48,7 +54,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
-	@set -e; for m in $(LIB_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
+	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
 
 ## bench: tripswitch's breaker and its peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
 bench:
@@ -86,11 +92,13 @@ build:
 REPOSITORY ?= ghcr.io/tripswitch-dev/tripswitch
 release:
 	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "make release needs VERSION=vX.Y.Z (got $(VERSION))"; exit 1;; esac
-	go run ./hack/release -version $(VERSION) -repository $(REPOSITORY) -out dist
+	cd hack/release && go build -o $(CURDIR)/bin/release .
+	bin/release -version $(VERSION) -repository $(REPOSITORY) -out dist
 
 ## demo: the delayed-webhook experiment on a real API server (Ignore, then Bypass)
 demo: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go run ./cmd/tripswitch-demo --out out/demo
+	cd cmd/tripswitch-demo && go build -o $(CURDIR)/bin/tripswitch-demo .
+	KUBEBUILDER_ASSETS=$(ASSETS) bin/tripswitch-demo --out out/demo
 
 ## run: run the controller against the current kubeconfig (CRD must be installed)
 run:

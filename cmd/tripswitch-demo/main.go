@@ -44,7 +44,7 @@ func runDemo(args []string) int {
 		if rerr := demo.Report(os.Stdout, runs); rerr != nil {
 			fmt.Fprintln(os.Stderr, "tripswitch-demo: report:", rerr)
 		}
-		paths, perr := demo.WriteTimeline(*dir, runs)
+		paths, perr := WriteTimeline(*dir, runs)
 		if perr != nil {
 			fmt.Fprintln(os.Stderr, "tripswitch-demo: timeline:", perr)
 			return 1

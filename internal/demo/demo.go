@@ -167,7 +167,7 @@ func Execute(ctx context.Context, opts Options) ([]Run, error) {
 		signal bool
 	}{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionIgnore, true}} {
 		run, err := e.run(ctx, pass.action, pass.signal)
-		name := runName(run)
+		name := run.Name()
 		if err != nil {
 			return runs, fmt.Errorf("%s run: %w", name, err)
 		}
@@ -303,7 +303,7 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 	if err := e.configure(ctx, action, signal); err != nil {
 		return r, err
 	}
-	name := runName(r)
+	name := r.Name()
 	e.start = time.Now()
 	w := e.watch(ctx)
 	defer w.stop()
@@ -378,7 +378,8 @@ func (e *env) configure(ctx context.Context, action v1alpha1.OpenAction, signal 
 }
 
 // runName names a run in logs and reports.
-func runName(r Run) string {
+// Name names the run: its open action, and the API server signal if on.
+func (r Run) Name() string {
 	if r.Signal {
 		return string(r.Action) + " + API server signal"
 	}

@@ -32,7 +32,7 @@ func Report(w io.Writer, runs []Run) error {
 	fmt.Fprintln(tw, "action\tfault → open\trejected before open\tadmitted as it opened\trecovery → closed\topen p50 ÷ healthy p50\t")
 	for _, r := range runs {
 		lat, admitted := r.Latencies(PhaseDelayed)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.1f×\t\n", runName(r), ms(r.OpenedAt-r.FaultAt), len(lat)-admitted, admitted, ms(r.ClosedAt-r.RecoveredAt),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.1f×\t\n", r.Name(), ms(r.OpenedAt-r.FaultAt), len(lat)-admitted, admitted, ms(r.ClosedAt-r.RecoveredAt),
 			float64(r.Median(PhaseOpen))/float64(max(r.Median(PhaseHealthy), time.Microsecond)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -42,7 +42,7 @@ func Report(w io.Writer, runs []Run) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "run\tprobes unhealthy\tAPI server signal failing\tcircuit open\topened by\t")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", runName(r), after(r.ProbesAt, r.FaultAt), after(r.SignalAt, r.FaultAt), ms(r.OpenedAt-r.FaultAt), openedBy(r.OpenedBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.Name(), after(r.ProbesAt, r.FaultAt), after(r.SignalAt, r.FaultAt), ms(r.OpenedAt-r.FaultAt), openedBy(r.OpenedBy))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -51,7 +51,7 @@ func Report(w io.Writer, runs []Run) error {
 	fmt.Fprintln(w, "\"admitted as it opened\": delayed-phase creates still in flight when the circuit opened, which the API server admitted under the opened configuration)")
 	fmt.Fprintln(w)
 	for _, r := range runs {
-		fmt.Fprintf(w, "%s: webhook as read back: healthy {%s}, open {%s}, restored {%s}\n", runName(r), r.Webhook[PhaseHealthy], r.Webhook[PhaseOpen], r.Webhook[PhaseRecovered])
+		fmt.Fprintf(w, "%s: webhook as read back: healthy {%s}, open {%s}, restored {%s}\n", r.Name(), r.Webhook[PhaseHealthy], r.Webhook[PhaseOpen], r.Webhook[PhaseRecovered])
 	}
 	return nil
 }

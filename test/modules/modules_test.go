@@ -1,9 +1,13 @@
 // Package modules checks the repository's module boundaries: a service that
-// adopts the library must not get the controller's dependencies.
+// adopts the library must not get the controller's dependencies, and a
+// module that imports the API or the controller must not get what only the
+// tests, the demo and the release tool need.
 package modules
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -70,4 +74,110 @@ func goList(t *testing.T, dir string, args ...string) string {
 		t.Fatalf("go list %v in %s: %v\n%s", args, dir, err, out)
 	}
 	return string(out)
+}
+
+// heavy are the modules only tests, the demo and the release tool need.
+var heavy = []string{"helm.sh/", "sigs.k8s.io/kustomize/", "gonum.org/v1/plot", "github.com/prometheus/prometheus ", "github.com/google/go-containerregistry"}
+
+// TestControllerModuleCarriesOnlyItsRuntime: the root module (the API types
+// and the controller) requires none of what only the tests, the demo and
+// the release tool need, so neither does a module that imports it.
+func TestControllerModuleCarriesOnlyItsRuntime(t *testing.T) {
+	out := goList(t, "../..", "-m", "all")
+	for _, line := range strings.Split(out, "\n") {
+		if hasPrefix(line+" ", heavy) {
+			t.Errorf("the controller's module graph holds %s", line)
+		}
+	}
+}
+
+// TestImportingTheAPIIsCheap: a user's module that imports api/v1alpha1
+// (replaced by this checkout) builds with a module graph free of the heavy
+// modules, and the API package imports no client, server or tripswitch
+// internals: the Kubernetes API machinery and controller-runtime's scheme.
+func TestImportingTheAPIIsCheap(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootMod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The user's module takes this checkout's requirements as its go.sum
+	// knows them, so that the test needs no network.
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := "1.26"
+	for _, l := range strings.Split(string(rootMod), "\n") {
+		if v, ok := strings.CutPrefix(l, "go "); ok {
+			goVersion = v
+		}
+	}
+	write("go.mod", "module example.com/user\n\ngo "+goVersion+"\n\nrequire github.com/tripswitch-dev/tripswitch v0.0.0\n\nreplace github.com/tripswitch-dev/tripswitch => "+root+"\n")
+	write("go.sum", string(sum))
+	write("main.go", `package main
+
+import (
+	"fmt"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+func main() { fmt.Println(v1alpha1.GroupVersion) }
+`)
+	// -mod=mod lets go add the requirements the import needs; GOPROXY=off
+	// keeps it to the module cache this checkout's build filled.
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOPROXY", "off")
+	t.Setenv("GOSUMDB", "off")
+	goList(t, dir, "-deps", ".")
+	// The module graph as the user's go command sees it (go mod graph works
+	// from the cache alone; go list -m all would look versions up).
+	cmd := exec.Command("go", "mod", "graph")
+	cmd.Dir = dir
+	graph, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go mod graph: %v\n%s", err, graph)
+	}
+	if n := strings.Count(string(graph), "\n"); n < 20 {
+		t.Fatalf("go mod graph has %d edges: %s", n, graph)
+	}
+	for _, edge := range strings.Split(string(graph), "\n") {
+		for _, m := range strings.Fields(edge) {
+			if hasPrefix(strings.Replace(m, "@", " ", 1)+" ", heavy) {
+				t.Errorf("importing api/v1alpha1 brings %s into the module graph", m)
+			}
+		}
+	}
+	deps := goList(t, dir, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/tripswitch-dev/tripswitch/api/v1alpha1")
+	banned := append([]string{"k8s.io/client-go/", "github.com/prometheus/", "github.com/tripswitch-dev/tripswitch/internal/", "k8s.io/apiserver/"}, heavy...)
+	for _, p := range strings.Fields(deps) {
+		if hasPrefix(p, banned) {
+			t.Errorf("api/v1alpha1 imports %s", p)
+		}
+	}
+}
+
+// TestControllerUsesNoLibraryModule: the controller and its internal
+// packages import none of the library modules (they are released apart).
+func TestControllerUsesNoLibraryModule(t *testing.T) {
+	const self = "github.com/tripswitch-dev/tripswitch/"
+	deps := goList(t, "../..", "-deps", "-test", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
+	if !strings.Contains(deps, self+"internal/controller") {
+		t.Fatalf("go list found no controller packages:\n%s", deps)
+	}
+	for _, p := range strings.Fields(deps) {
+		if hasPrefix(p, []string{self + "breaker", self + "accessgate"}) {
+			t.Errorf("the controller's build imports the library package %s", p)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package demo
+package main
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/tripswitch-dev/tripswitch/internal/demo"
 )
 
 var (
@@ -29,7 +31,7 @@ var (
 // apart, with the fault and the open circuit as shaded bands; one panel per
 // run, stacked. It writes timeline.svg and timeline.png into dir and returns
 // their paths.
-func WriteTimeline(dir string, runs []Run) ([]string, error) {
+func WriteTimeline(dir string, runs []demo.Run) ([]string, error) {
 	var plots [][]*plot.Plot
 	for _, r := range runs {
 		p, err := runPlot(r)
@@ -76,9 +78,9 @@ func writeCanvas(path string, c vg.CanvasWriterTo) error {
 	return f.Close()
 }
 
-func runPlot(r Run) (*plot.Plot, error) {
+func runPlot(r demo.Run) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("openAction: %s (webhook timeoutSeconds 1, injected delay 2s)", runName(r))
+	p.Title.Text = fmt.Sprintf("openAction: %s (webhook timeoutSeconds 1, injected delay 2s)", r.Name())
 	p.X.Label.Text = "seconds since the run started"
 	p.Y.Label.Text = "ConfigMap create latency (ms)"
 	p.Add(plotter.NewGrid())
@@ -91,7 +93,7 @@ func runPlot(r Run) (*plot.Plot, error) {
 		switch {
 		case !s.Admitted:
 			rejected = append(rejected, pt)
-		case s.Phase == PhaseRecovering:
+		case s.Phase == demo.PhaseRecovering:
 			recovering = append(recovering, pt)
 		default:
 			ok = append(ok, pt)
