@@ -54,31 +54,78 @@ func webhookPath(i int, field string) string {
 	return "/webhooks/" + strconv.Itoa(i) + "/" + field
 }
 
-// preconditions pin the patch to the object that was read: the
-// resourceVersion (409 when stale) and the webhook's name at its index (422
-// when the list moved).
-func preconditions(cfg *Configuration, i int) []operation {
-	return []operation{
-		{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()},
-		{Op: "test", Path: webhookPath(i, "name"), Value: cfg.Webhooks[i].Name},
-	}
-}
-
 // OpenPatch builds the single patch that opens webhook's circuit: it applies
 // rec.Action and writes the record. rec supplies Breaker, BreakerUID, Action,
 // OpenedAt and Reason; OpenPatch fills in what it changes and returns the
 // completed record.
 func OpenPatch(cfg *Configuration, webhook string, rec v1alpha1.CircuitRecord) ([]byte, v1alpha1.CircuitRecord, error) {
+	rec.Webhook = webhook
+	data, recs, err := OpenAllPatch(cfg, []v1alpha1.CircuitRecord{rec})
+	if err != nil {
+		return nil, rec, err
+	}
+	return data, recs[0], nil
+}
+
+// OpenAllPatch builds one patch that opens the circuits of several webhooks
+// of one configuration, each exactly as OpenPatch would (rec.Webhook names
+// each one's webhook), for breakers of one configuration that one outage
+// trips together: one write instead of one per webhook. The patch is
+// applied whole or not at all, so each record still goes on with its
+// change. It returns the completed records in the order given.
+func OpenAllPatch(cfg *Configuration, recs []v1alpha1.CircuitRecord) ([]byte, []v1alpha1.CircuitRecord, error) {
+	if len(recs) == 0 {
+		return nil, nil, errors.New("open: no circuit to open")
+	}
+	// The resourceVersion pins the patch to the object that was read (409
+	// when stale); each webhook's name test pins its index (422 when the
+	// list moved).
+	ops := []operation{{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()}}
+	out := make([]v1alpha1.CircuitRecord, len(recs))
+	records := map[string]string{}
+	for n, rec := range recs {
+		if _, dup := records[AnnotationKey(rec.Webhook)]; dup {
+			return nil, nil, fmt.Errorf("open: webhook %q named twice", rec.Webhook)
+		}
+		wops, full, err := openOps(cfg, rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		value, err := encodeRecord(full)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, wops...)
+		records[AnnotationKey(rec.Webhook)] = value
+		out[n] = full
+	}
+	if cfg.Object.GetAnnotations() == nil {
+		// A JSON Patch add cannot create intermediate objects: create the
+		// annotations map with every record at once.
+		ops = append(ops, operation{Op: "add", Path: "/metadata/annotations", Value: records})
+	} else {
+		for _, rec := range out {
+			key := AnnotationKey(rec.Webhook)
+			ops = append(ops, operation{Op: "add", Path: "/metadata/annotations/" + pointer(key), Value: records[key]})
+		}
+	}
+	data, err := json.Marshal(ops)
+	return data, out, err
+}
+
+// openOps are the operations that open rec.Webhook's circuit, its name
+// test first, and the completed record.
+func openOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, v1alpha1.CircuitRecord, error) {
+	webhook := rec.Webhook
 	i := cfg.Index(webhook)
 	if i < 0 {
 		return nil, rec, fmt.Errorf("%w: %q", ErrWebhookNotFound, webhook)
 	}
 	w := cfg.Webhooks[i]
-	rec.Webhook = webhook
 	if w.FailurePolicy != nil {
 		rec.OriginalFailurePolicy = new(string(*w.FailurePolicy))
 	}
-	ops := preconditions(cfg, i)
+	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: w.Name}}
 	switch rec.Action {
 	case v1alpha1.OpenActionIgnore:
 		rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
@@ -104,29 +151,58 @@ func OpenPatch(cfg *Configuration, webhook string, rec v1alpha1.CircuitRecord) (
 	default:
 		return nil, rec, fmt.Errorf("openAction %q is not Ignore or Bypass", rec.Action)
 	}
-	value, err := encodeRecord(rec)
-	if err != nil {
-		return nil, rec, err
-	}
-	ops = append(ops, addAnnotation(cfg, AnnotationKey(webhook), value))
-	data, err := json.Marshal(ops)
-	return data, rec, err
+	return ops, rec, nil
 }
 
 // ClosePatch builds the single patch that restores what rec says tripswitch
 // changed and removes the record. It fails if the change is no longer intact:
 // restoring over someone else's edit is never right (use DropPatch).
 func ClosePatch(cfg *Configuration, webhook string, rec *v1alpha1.CircuitRecord) ([]byte, error) {
+	if rec == nil {
+		return nil, fmt.Errorf("close webhook %q: no record", webhook)
+	}
+	r := *rec
+	r.Webhook = webhook
+	return CloseAllPatch(cfg, []v1alpha1.CircuitRecord{r})
+}
+
+// CloseAllPatch builds one patch that closes the circuits of several
+// webhooks of one configuration, each exactly as ClosePatch would (each
+// record names its webhook), applied whole or not at all.
+func CloseAllPatch(cfg *Configuration, recs []v1alpha1.CircuitRecord) ([]byte, error) {
+	if len(recs) == 0 {
+		return nil, errors.New("close: no circuit to close")
+	}
+	ops := []operation{{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()}}
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		if seen[rec.Webhook] {
+			return nil, fmt.Errorf("close: webhook %q named twice", rec.Webhook)
+		}
+		seen[rec.Webhook] = true
+		wops, err := closeOps(cfg, rec)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, wops...)
+	}
+	return json.Marshal(ops)
+}
+
+// closeOps are the operations that close rec.Webhook's circuit, its name
+// test first and the record's removal last.
+func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, error) {
+	webhook := rec.Webhook
 	s := Inspect(cfg, webhook)
 	if s.Index < 0 {
 		return nil, fmt.Errorf("%w: %q", ErrWebhookNotFound, webhook)
 	}
-	s.Record = rec
+	s.Record = &rec
 	if !s.Intact() {
 		return nil, fmt.Errorf("close webhook %q: its %s change is no longer in place", webhook, rec.Action)
 	}
 	i := s.Index
-	ops := preconditions(cfg, i)
+	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: cfg.Webhooks[i].Name}}
 	switch rec.Action {
 	case v1alpha1.OpenActionIgnore:
 		path := webhookPath(i, "failurePolicy")
@@ -147,8 +223,7 @@ func ClosePatch(cfg *Configuration, webhook string, rec *v1alpha1.CircuitRecord)
 			ops = append(ops, operation{Op: "remove", Path: condPath})
 		}
 	}
-	ops = append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))})
-	return json.Marshal(ops)
+	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }
 
 // DropPatch builds the patch that removes webhook's record and changes nothing
@@ -162,13 +237,4 @@ func DropPatch(cfg *Configuration, webhook string) ([]byte, error) {
 		{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()},
 		{Op: "remove", Path: "/metadata/annotations/" + pointer(key)},
 	})
-}
-
-// addAnnotation adds key, creating the annotations map when the object has
-// none (a JSON Patch add cannot create intermediate objects).
-func addAnnotation(cfg *Configuration, key, value string) operation {
-	if cfg.Object.GetAnnotations() == nil {
-		return operation{Op: "add", Path: "/metadata/annotations", Value: map[string]string{key: value}}
-	}
-	return operation{Op: "add", Path: "/metadata/annotations/" + pointer(key), Value: value}
 }

@@ -322,3 +322,92 @@ func FuzzReadRecord(f *testing.F) {
 		}
 	})
 }
+
+// One patch opening two webhooks leaves the configuration as opening them
+// one after the other would, with or without annotations before; each
+// circuit then closes on its own, back to the exact original.
+func TestOpenAllIsOpeningEachInTurn(t *testing.T) {
+	for _, annotations := range []map[string]string{nil, {"team": "platform"}} {
+		orig := testConfig(annotations, nil)
+		first, third := openRecord(v1alpha1.OpenActionIgnore), openRecord(v1alpha1.OpenActionBypass)
+		first.Webhook, first.Breaker, first.BreakerUID = "first.tripswitch.test", "b1", "uid-1"
+		third.Webhook, third.Breaker, third.BreakerUID = "third.tripswitch.test", "b3", "uid-3"
+		data, recs, err := OpenAllPatch(mustView(t, orig), []v1alpha1.CircuitRecord{first, third})
+		if err != nil {
+			t.Fatal(err)
+		}
+		together := applyPatch(t, orig, data)
+
+		one, _, err := OpenPatch(mustView(t, orig), first.Webhook, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := applyPatch(t, orig, one)
+		step.ResourceVersion = orig.ResourceVersion // the server would bump it between the two
+		two, _, err := OpenPatch(mustView(t, step), third.Webhook, third)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTurn := applyPatch(t, step, two)
+		if !equality.Semantic.DeepEqual(together, inTurn) {
+			t.Fatalf("annotations %v: one patch gave\n%+v\nopening in turn\n%+v", annotations, together, inTurn)
+		}
+		closed := together
+		for i, rec := range recs {
+			st := Inspect(mustView(t, closed), rec.Webhook)
+			if st.Record == nil || st.Record.BreakerUID != rec.BreakerUID || !st.Intact() {
+				t.Fatalf("record %d read back: %+v, intact %v", i, st.Record, st.Intact())
+			}
+			data, err := ClosePatch(mustView(t, closed), rec.Webhook, st.Record)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed = applyPatch(t, closed, data)
+		}
+		if len(annotations) == 0 {
+			closed.Annotations = nil // the emptied map: the API server drops it too
+		}
+		if !equality.Semantic.DeepEqual(closed, orig) {
+			t.Errorf("closing each did not restore the original:\n got %+v\nwant %+v", closed, orig)
+		}
+	}
+	cfg := mustView(t, testConfig(nil, nil))
+	rec := openRecord(v1alpha1.OpenActionIgnore)
+	rec.Webhook = target
+	if _, _, err := OpenAllPatch(cfg, []v1alpha1.CircuitRecord{rec, rec}); err == nil {
+		t.Error("a webhook named twice was opened")
+	}
+	if _, _, err := OpenAllPatch(cfg, nil); err == nil {
+		t.Error("an empty open was built")
+	}
+}
+
+// One patch closing two circuits restores both, as closing each in turn
+// does; a record whose change is no longer intact refuses the whole patch.
+func TestCloseAllIsClosingEachInTurn(t *testing.T) {
+	orig := testConfig(nil, func(w *admissionregistrationv1.MutatingWebhook) {
+		w.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "only-prod", Expression: "true"}}
+	})
+	first, second := openRecord(v1alpha1.OpenActionIgnore), openRecord(v1alpha1.OpenActionBypass)
+	first.Webhook, first.BreakerUID = "first.tripswitch.test", "uid-1"
+	second.Webhook, second.BreakerUID = target, "uid-2"
+	data, recs, err := OpenAllPatch(mustView(t, orig), []v1alpha1.CircuitRecord{first, second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := applyPatch(t, orig, data)
+	data, err = CloseAllPatch(mustView(t, opened), recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := applyPatch(t, opened, data)
+	closed.Annotations = nil // the emptied map
+	if !equality.Semantic.DeepEqual(closed, orig) {
+		t.Fatalf("one close patch did not restore the original:\n got %+v\nwant %+v", closed, orig)
+	}
+	altered := opened.DeepCopy()
+	altered.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Fail) // an administrator's edit
+	if _, err := CloseAllPatch(mustView(t, altered), recs); err == nil {
+		t.Fatal("closed over an administrator's edit")
+	}
+}

@@ -27,6 +27,16 @@ func (w Writer) Open(ctx context.Context, cfg *Configuration, webhook string, re
 	return full, w.apply(ctx, cfg, "open circuit of webhook "+webhook, data)
 }
 
+// OpenAll opens several webhooks' circuits in one patch (see OpenAllPatch)
+// and returns the records written.
+func (w Writer) OpenAll(ctx context.Context, cfg *Configuration, recs []v1alpha1.CircuitRecord) ([]v1alpha1.CircuitRecord, error) {
+	data, full, err := OpenAllPatch(cfg, recs)
+	if err != nil {
+		return nil, err
+	}
+	return full, w.apply(ctx, cfg, fmt.Sprintf("open the circuits of %d webhooks", len(recs)), data)
+}
+
 // Close restores what rec says tripswitch changed and removes the record.
 func (w Writer) Close(ctx context.Context, cfg *Configuration, webhook string, rec *v1alpha1.CircuitRecord) error {
 	data, err := ClosePatch(cfg, webhook, rec)
@@ -34,6 +44,16 @@ func (w Writer) Close(ctx context.Context, cfg *Configuration, webhook string, r
 		return err
 	}
 	return w.apply(ctx, cfg, "close circuit of webhook "+webhook, data)
+}
+
+// CloseAll closes several webhooks' circuits in one patch (see
+// CloseAllPatch).
+func (w Writer) CloseAll(ctx context.Context, cfg *Configuration, recs []v1alpha1.CircuitRecord) error {
+	data, err := CloseAllPatch(cfg, recs)
+	if err != nil {
+		return err
+	}
+	return w.apply(ctx, cfg, fmt.Sprintf("close the circuits of %d webhooks", len(recs)), data)
 }
 
 // Drop removes webhook's record and nothing else.

@@ -75,6 +75,10 @@ type Reconciler struct {
 
 	once    sync.Once
 	written sync.Map // breaker name -> resourceVersion of the last write to it
+	// closed notes the circuits this process closed as companions in
+	// another breaker's patch (breaker name -> closedNote), so that their
+	// windows close with the recovery's reason, not as closed externally.
+	closed sync.Map
 	// targets serialises the writes to one webhook configuration: the
 	// breakers of its webhooks, opened by one outage, would otherwise race
 	// each other's patches and all but one be refused and retried.
@@ -89,6 +93,8 @@ type TargetSource interface {
 	Get(breaker string, kind v1alpha1.TargetKind, name string) (obj client.Object, found, cached bool)
 	// Forget ends breaker's interest in its target's watch.
 	Forget(breaker string)
+	// Users are the breakers that target the configuration.
+	Users(kind v1alpha1.TargetKind, name string) []string
 }
 
 // AuditQueue takes requests for the audits of a breaker's closed windows;
@@ -106,6 +112,7 @@ type (
 func (uncachedTargets) Get(string, v1alpha1.TargetKind, string) (client.Object, bool, bool) {
 	return nil, false, false
 }
+func (uncachedTargets) Users(v1alpha1.TargetKind, string) []string                             { return nil }
 func (uncachedTargets) Forget(string)                                                          {}
 func (noAudits) Request(string)                                                                {}
 func (noSignals) Ensure(string, apisignal.Settings) error                                      { return nil }
@@ -213,6 +220,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Signals.Stop(req.Name)
 			r.Metrics.forget(req.Name)
 			r.written.Delete(req.Name)
+			r.closed.Delete(req.Name)
 			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -272,12 +280,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	after, writeErr := r.write(ctx, &b, obs, d)
+	var others []companion
+	if d.Write == WriteOpen || d.Write == WriteClose {
+		others = r.companions(ctx, &b, obs, d.Write)
+	}
+	after, writeErr := r.write(ctx, &b, obs, d, others)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
 	o := outcome{in: in, d: d, obs: obs, after: after, writeErr: writeErr, now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	if v, ok := r.closed.Load(b.Name); ok {
+		note := v.(closedNote)
+		o.closedBy = &note
+	}
 	if err := r.report(ctx, &b, o); err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
 	}
@@ -471,8 +487,88 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 	return in
 }
 
+// closedNote is a companion's circuit closed in another breaker's patch:
+// the record's openedAt and the companion's own reason.
+type closedNote struct {
+	openedAt metav1.Time
+	reason   string
+}
+
+// companion is another breaker of the same configuration whose circuit
+// opens (or closes) in the same patch.
+type companion struct {
+	b     *v1alpha1.WebhookCircuitBreaker
+	d     Decision
+	state circuit.State // its webhook as read
+}
+
+// companions are the other breakers of b's configuration that make the same
+// write now, each decided exactly as its own reconcile would decide on the
+// configuration just read with the lock held (its fresh breaker, its own
+// probes; without its API server signal, which can only open more and keep
+// open longer, so a companion never opens or closes earlier than its own
+// reconcile would): one outage trips a configuration's breakers together,
+// one recovery heals them together, and one patch then writes them all
+// instead of each in turn behind the lock. A breaker its own reconcile
+// would not write now, or could not (no finalizer yet, being deleted, a
+// Bypass that cannot apply, a change no longer intact), is left to it.
+func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, write Write) []companion {
+	t := b.Spec.Target
+	if obs.cfg == nil {
+		return nil
+	}
+	var out []companion
+	for _, name := range r.Targets.Users(t.Kind, t.ConfigurationName) {
+		if name == b.Name {
+			continue
+		}
+		o := &v1alpha1.WebhookCircuitBreaker{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
+			continue
+		}
+		if r.lagging(o) {
+			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
+				continue
+			}
+		}
+		ot := o.Spec.Target
+		if ot.Kind != t.Kind || ot.ConfigurationName != t.ConfigurationName || ot.WebhookName == t.WebhookName ||
+			!o.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(o, Finalizer) {
+			continue
+		}
+		obsO := observed{cfg: obs.cfg, state: circuit.Inspect(obs.cfg, ot.WebhookName)}
+		if obsO.state.Index < 0 {
+			continue
+		}
+		var ok bool
+		if obsO.health, ok = r.Health.Observe(o.Name); !ok {
+			continue
+		}
+		spec := o.Spec.Resolve()
+		if write == WriteClose && spec.Signal != nil {
+			continue // its signal may still hold it open
+		}
+		d := Decide(r.input(o, spec, obsO, false))
+		if d.Write != write {
+			continue
+		}
+		var err error
+		if write == WriteOpen {
+			_, _, err = circuit.OpenPatch(obs.cfg, ot.WebhookName, v1alpha1.CircuitRecord{Breaker: o.Name, BreakerUID: o.UID, Action: d.Action})
+		} else {
+			_, err = circuit.ClosePatch(obs.cfg, ot.WebhookName, obsO.state.Record)
+		}
+		if err != nil {
+			continue
+		}
+		out = append(out, companion{b: o, d: d, state: obsO.state})
+	}
+	return out
+}
+
 // write performs the decision's one write and returns the state it left.
-func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, d Decision) (circuit.State, error) {
+// An open also opens the companions' circuits, in the same patch.
+func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, d Decision, others []companion) (circuit.State, error) {
 	if d.Write == WriteNone {
 		return obs.state, nil
 	}
@@ -481,12 +577,26 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	var err error
 	switch d.Write {
 	case WriteOpen:
-		_, err = w.Open(ctx, obs.cfg, webhook, v1alpha1.CircuitRecord{
-			Breaker: b.Name, BreakerUID: b.UID, Action: d.Action,
-			OpenedAt: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), Reason: d.Message,
-		})
+		at := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		recs := []v1alpha1.CircuitRecord{{Webhook: webhook, Breaker: b.Name, BreakerUID: b.UID, Action: d.Action, OpenedAt: at, Reason: d.Message}}
+		for _, c := range others {
+			recs = append(recs, v1alpha1.CircuitRecord{Webhook: c.b.Spec.Target.WebhookName, Breaker: c.b.Name, BreakerUID: c.b.UID,
+				Action: c.d.Action, OpenedAt: at, Reason: c.d.Message})
+		}
+		_, err = w.OpenAll(ctx, obs.cfg, recs)
 	case WriteClose:
-		err = w.Close(ctx, obs.cfg, webhook, obs.state.Record)
+		if obs.state.Record == nil {
+			return obs.state, fmt.Errorf("close webhook %s: no record", webhook)
+		}
+		own := *obs.state.Record
+		own.Webhook = webhook
+		recs := []v1alpha1.CircuitRecord{own}
+		for _, c := range others {
+			rec := *c.state.Record
+			rec.Webhook = c.b.Spec.Target.WebhookName
+			recs = append(recs, rec)
+		}
+		err = w.CloseAll(ctx, obs.cfg, recs)
 	case WriteDrop:
 		err = w.Drop(ctx, obs.cfg, webhook)
 	}
@@ -506,6 +616,27 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		r.event(b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, d.Action, webhook, d.Message)
 	case WriteClose:
 		r.event(b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s: %s", d.Reason, webhook, d.Message)
+	}
+	for _, c := range others {
+		cw := c.b.Spec.Target.WebhookName
+		var openFor time.Duration
+		if d.Write == WriteClose {
+			openFor = r.Clock.Since(c.state.Record.OpenedAt.Time)
+		}
+		r.Metrics.transition(c.b.Name, d.Write, c.d.Reason, openFor)
+		if d.Write == WriteClose {
+			r.closed.Store(c.b.Name, closedNote{openedAt: c.state.Record.OpenedAt, reason: c.d.Reason})
+		}
+		log.FromContext(ctx).Info("wrote a companion's circuit in the same patch", "write", d.Write, "companion", c.b.Name,
+			"companionWebhook", cw, "reason", c.d.Reason, "message", c.d.Message)
+		if d.Write == WriteOpen {
+			r.event(c.b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s (in %s's patch): %s", c.d.Reason, c.d.Action, cw, b.Name, c.d.Message)
+		} else {
+			r.event(c.b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s (in %s's patch): %s", c.d.Reason, cw, b.Name, c.d.Message)
+		}
+		if r.Requeue != nil {
+			r.Requeue(c.b.Name) // its status mirrors what it now has
+		}
 	}
 	return after, nil
 }
@@ -563,6 +694,9 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		return fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
 	r.wrote(b)
+	if n := o.closedBy; n != nil && (status.Record == nil || !status.Record.OpenedAt.Equal(&n.openedAt)) {
+		r.closed.Delete(b.Name) // its window is closed in the status now
+	}
 	return nil
 }
 

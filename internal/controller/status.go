@@ -50,6 +50,9 @@ type outcome struct {
 	after    circuit.State // the circuit as the write left it
 	writeErr error
 	now      metav1.Time
+	// closedBy, if set, is this breaker's circuit closed in another
+	// breaker's patch.
+	closedBy *closedNote
 }
 
 // ours is the record the write left on the webhook, if it is this breaker's.
@@ -109,7 +112,7 @@ func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o outcome, ours *v1al
 		s.TargetUID = o.obs.cfg.Object.GetUID()
 	}
 	if o.in.TargetFound && o.after.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d), o.now)
+		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d, o.closedBy), o.now)
 		s.Record = ours
 	}
 }
@@ -241,8 +244,12 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 // this reconcile's reason, unless the record was already gone (or replaced)
 // when it read the configuration — closed outside this reconcile, as by a
 // break-glass restore while the controller was away; this reconcile's
-// decision says nothing about that.
-func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision) string {
+// decision says nothing about that. A record this process closed in another
+// breaker's patch closes with the reason it was closed for.
+func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision, closedBy *closedNote) string {
+	if mirrored != nil && read == nil && closedBy != nil && mirrored.OpenedAt.Equal(&closedBy.openedAt) {
+		return closedBy.reason // closed in another breaker's patch, for this breaker's own reason
+	}
 	if mirrored != nil && d.Reason != ReasonRecordRemoved && (read == nil || !read.OpenedAt.Equal(&mirrored.OpenedAt)) {
 		return ReasonClosedExternally
 	}

@@ -97,6 +97,22 @@ func (t *Targets) Get(breaker string, kind v1alpha1.TargetKind, name string) (ob
 	return item.(client.Object).DeepCopyObject().(client.Object), true, true
 }
 
+// Users returns the breakers that target the configuration, as far as
+// their reconciles have said so through Get.
+func (t *Targets) Users(kind v1alpha1.TargetKind, name string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.watches[targetKey{kind, name}]
+	if !ok {
+		return nil
+	}
+	users := make([]string, 0, len(w.users))
+	for b := range w.users {
+		users = append(users, b)
+	}
+	return users
+}
+
 // Forget stops watching for breaker; a watch no breaker needs is stopped.
 func (t *Targets) Forget(breaker string) {
 	t.mu.Lock()
