@@ -35,12 +35,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
@@ -65,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", 30*time.Second, "how long to measure the steady state")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the controller's own log is the one to read
 	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") {
 		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503")
 		os.Exit(2)
@@ -113,6 +119,18 @@ func run(o options) error {
 	}
 	defer func() { _ = ctrlProc.Process.Kill(); _, _ = ctrlProc.Process.Wait() }()
 
+	// Watched, not polled: see counter.
+	ready, err := newCounter(ctx, env, &v1alpha1.WebhookCircuitBreaker{}, readyCount)
+	if err != nil {
+		return err
+	}
+	cfgMeta := &metav1.PartialObjectMetadata{}
+	cfgMeta.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingWebhookConfiguration"))
+	open, err := newCounter(ctx, env, cfgMeta, openCount)
+	if err != nil {
+		return err
+	}
+
 	fmt.Printf("creating %d webhook configurations of %d webhooks, %d breakers, %d webhook servers...\n", configs, o.perConfig, n, nServers)
 	// Created by 16 clients at once, as `kubectl apply` of many objects or a
 	// GitOps sync would: the clock for "ready" starts at the last create, so
@@ -154,10 +172,10 @@ func run(o options) error {
 	fmt.Printf("created in %.1f s\n", created.Sub(begin).Seconds())
 
 	fmt.Println("waiting for every breaker to be Closed, Ready and past its healthy verdict...")
-	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) { return allReady(ctx, c, n) }); err != nil {
+	_, readyAfter, err := ready.until(created, 5*time.Minute, func(total int) bool { return total == n })
+	if err != nil {
 		return fmt.Errorf("breakers never all Ready: %w", err)
 	}
-	readyAfter := time.Since(created)
 	time.Sleep(2 * interval) // let the last reconciles settle
 
 	apiserver := findProcess("kube-apiserver")
@@ -177,18 +195,22 @@ func run(o options) error {
 
 	fmt.Printf("fault in every webhook (%s)...\n", o.fault)
 	peak := watchPeaks(ctrlProc.Process.Pid, metricsAddr)
+	before := storm(metricsAddr)
 	down.Store(true)
 	faultAt := time.Now()
-	firstOpen, lastOpen, err := until(ctx, c, n, faultAt, func(open int) bool { return open == n })
+	firstOpen, lastOpen, err := open.until(faultAt, 2*time.Minute, func(open int) bool { return open == n })
 	if err != nil {
 		return fmt.Errorf("outage: %w", err)
 	}
+	opened := storm(metricsAddr)
 	down.Store(false)
 	recoverAt := time.Now()
-	firstClose, lastClose, err := until(ctx, c, n, recoverAt, func(open int) bool { return open == 0 })
+	firstClose, lastClose, err := open.until(recoverAt, 2*time.Minute, func(open int) bool { return open == 0 })
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
+	printStorm("outage", before, opened)
+	printStorm("recovery", opened, storm(metricsAddr))
 	peaks := peak()
 	changed, err := compare(ctx, c, originals)
 	if err != nil {
@@ -341,7 +363,9 @@ func startController(env *testenv.Env) (*exec.Cmd, string, error) {
 		return nil, "", err
 	}
 	args := []string{"--kubeconfig", kcPath, "--leader-elect=false", "--metrics-secure=false",
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address=0"}
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address=0",
+		// Millisecond timestamps: the storm's timeline is read from this log.
+		"--zap-time-encoding=rfc3339nano"}
 	if *pprofAddr != "" {
 		args = append(args, "--pprof-bind-address", *pprofAddr)
 	}
@@ -354,57 +378,123 @@ func startController(env *testenv.Env) (*exec.Cmd, string, error) {
 	return cmd, metricsAddr, nil
 }
 
-func allReady(ctx context.Context, c client.Client, n int) (bool, error) {
-	var list v1alpha1.WebhookCircuitBreakerList
-	if err := c.List(ctx, &list); err != nil {
-		return false, err
-	}
-	ready := 0
-	for _, b := range list.Items {
-		for _, cond := range b.Status.Conditions {
-			// Ready, closed, and the healthy verdict reached (its status write done).
-			if cond.Type == "Ready" && cond.Status == metav1.ConditionTrue && b.Status.State == v1alpha1.StateClosed && b.Status.Probe.ConsecutiveSuccesses >= successThreshold {
-				ready++
-			}
-		}
-	}
-	return ready == n, nil
+// counter keeps a count over every object of one kind, from a watch (an
+// informer), and the times the count changed: the harness measures the
+// controller without loading the API server with repeated lists of 1,000
+// objects, and a change is timed when the API server sends it, not at the
+// next poll.
+type counter struct {
+	mu      sync.Mutex
+	per     map[string]int
+	total   int
+	changes []change
+	wake    chan struct{} // closed and replaced on every change
 }
 
-// until polls the configurations every 250ms until done(open) holds, and
-// returns when the count of open ones first and last changed after start.
-func until(ctx context.Context, c client.Client, n int, start time.Time, done func(open int) bool) (first, last time.Duration, err error) {
-	prev := -1
-	deadline := start.Add(2 * time.Minute)
-	for {
-		var list admissionregistrationv1.MutatingWebhookConfigurationList
-		if err := c.List(ctx, &list); err != nil {
-			return 0, 0, err
+type change struct {
+	at    time.Time
+	total int
+}
+
+// newCounter starts an informer on obj's kind in a cache of its own and
+// counts count(object) over the objects it holds.
+func newCounter(ctx context.Context, env *testenv.Env, obj client.Object, count func(client.Object) int) (*counter, error) {
+	c := &counter{per: map[string]int{}, wake: make(chan struct{})}
+	ca, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	inf, err := ca.GetInformer(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	set := func(o any, deleted bool) {
+		if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o, deleted = tomb.Obj, true
 		}
-		open := 0
-		for _, cfg := range list.Items {
-			for k := range cfg.Annotations {
-				if strings.HasPrefix(k, recordPrefix) {
-					open++
+		obj, ok := o.(client.Object)
+		if !ok {
+			return
+		}
+		v := 0
+		if !deleted {
+			v = count(obj)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.per[obj.GetName()] == v {
+			return
+		}
+		c.total += v - c.per[obj.GetName()]
+		c.per[obj.GetName()] = v
+		c.changes = append(c.changes, change{at: time.Now(), total: c.total})
+		close(c.wake)
+		c.wake = make(chan struct{})
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { set(o, false) },
+		UpdateFunc: func(_, o any) { set(o, false) },
+		DeleteFunc: func(o any) { set(o, true) },
+	}); err != nil {
+		return nil, err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return nil, errors.New("counter: cache never synced")
+	}
+	return c, nil
+}
+
+// until waits up to limit for done(total), and returns how long after start
+// the count first and last changed.
+func (c *counter) until(start time.Time, limit time.Duration, done func(total int) bool) (first, last time.Duration, err error) {
+	timeout := time.After(limit)
+	for {
+		c.mu.Lock()
+		total, wake := c.total, c.wake
+		if done(total) {
+			for _, ch := range c.changes {
+				if ch.at.After(start) {
+					if first == 0 {
+						first = ch.at.Sub(start)
+					}
+					last = ch.at.Sub(start)
 				}
 			}
-		}
-		now := time.Since(start)
-		if prev >= 0 && open != prev {
-			if first == 0 {
-				first = now
-			}
-			last = now
-		}
-		prev = open
-		if done(open) {
+			c.mu.Unlock()
 			return first, last, nil
 		}
-		if time.Now().After(deadline) {
-			return first, last, fmt.Errorf("%d of %d circuits open after 2 minutes", open, n)
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timeout:
+			return 0, 0, fmt.Errorf("count %d after %s", total, limit)
 		}
-		time.Sleep(250 * time.Millisecond) // a list of every configuration: not too often, it loads the API server
 	}
+}
+
+// readyCount is 1 for a breaker that is Ready, Closed and past its healthy
+// verdict (its status write done).
+func readyCount(o client.Object) int {
+	b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
+	if !ok || b.Status.State != v1alpha1.StateClosed || b.Status.Probe.ConsecutiveSuccesses < successThreshold {
+		return 0
+	}
+	if c := meta.FindStatusCondition(b.Status.Conditions, "Ready"); c != nil && c.Status == metav1.ConditionTrue {
+		return 1
+	}
+	return 0
+}
+
+// openCount is the number of open circuits a configuration records.
+func openCount(o client.Object) int {
+	open := 0
+	for k := range o.GetAnnotations() {
+		if strings.HasPrefix(k, recordPrefix) {
+			open++
+		}
+	}
+	return open
 }
 
 func compare(ctx context.Context, c client.Client, originals map[string]string) (int, error) {
@@ -419,20 +509,6 @@ func compare(ctx context.Context, c client.Client, originals map[string]string) 
 		}
 	}
 	return changed, nil
-}
-
-func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		last = err
-		time.Sleep(time.Second)
-	}
-	return errors.Join(errors.New("timed out"), last)
 }
 
 // cpuSeconds is a process's user+system CPU time from /proc.
@@ -508,6 +584,60 @@ func requests(addr string) map[string]float64 {
 		}
 	})
 	return out
+}
+
+// storm reads the counters that say where a storm's time went: the
+// controller's API requests by method and their total latency, and the
+// reconcile queue's wait and work.
+func storm(addr string) map[string]float64 {
+	out := map[string]float64{}
+	scrapeMetrics(addr, func(line string) {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			return
+		}
+		switch name {
+		case "rest_client_requests_total", "rest_client_request_duration_seconds_sum", "rest_client_request_duration_seconds_count":
+		case "workqueue_queue_duration_seconds_sum", "workqueue_queue_duration_seconds_count",
+			"workqueue_work_duration_seconds_sum", "workqueue_work_duration_seconds_count":
+			if !strings.Contains(rest, `name="webhookcircuitbreaker"`) {
+				return
+			}
+		default:
+			return
+		}
+		i := strings.LastIndexByte(rest, ' ')
+		v, _ := strconv.ParseFloat(rest[i+1:], 64)
+		key := name
+		if m := strings.Index(rest, `method="`); m >= 0 {
+			key += " " + strings.SplitN(rest[m+len(`method="`):], `"`, 2)[0]
+		}
+		if m := strings.Index(rest, `verb="`); m >= 0 {
+			key += " " + strings.SplitN(rest[m+len(`verb="`):], `"`, 2)[0]
+		}
+		out[key] += v
+	})
+	return out
+}
+
+// printStorm prints what a phase of the storm cost: requests by method and
+// their mean latency, reconciles and their mean queue wait and work.
+func printStorm(phase string, a, b map[string]float64) {
+	d := func(k string) float64 { return b[k] - a[k] }
+	fmt.Printf("  %s:", phase)
+	for _, m := range []string{"GET", "LIST", "PATCH", "PUT", "POST", "DELETE"} {
+		if n := d("rest_client_requests_total " + m); n > 0 {
+			fmt.Printf(" %s %.0f", m, n)
+			if c := d("rest_client_request_duration_seconds_count " + m); c > 0 {
+				fmt.Printf(" (mean %.0f ms)", 1000*d("rest_client_request_duration_seconds_sum "+m)/c)
+			}
+		}
+	}
+	if c := d("workqueue_work_duration_seconds_count"); c > 0 {
+		fmt.Printf("; %0.f reconciles, mean queue wait %.0f ms, mean work %.0f ms",
+			c, 1000*d("workqueue_queue_duration_seconds_sum")/d("workqueue_queue_duration_seconds_count"), 1000*d("workqueue_work_duration_seconds_sum")/c)
+	}
+	fmt.Println()
 }
 
 // gauges reads the controller's process gauges from its metrics.

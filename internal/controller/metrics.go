@@ -20,6 +20,7 @@ type Metrics struct {
 	probeTime   *prometheus.HistogramVec
 	probeLag    *prometheus.GaugeVec
 	audit       *prometheus.GaugeVec
+	deferred    prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -50,8 +51,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		audit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_audit_objects", Help: "Objects admitted during the breaker's last audited open window, by the recovered webhook's verdict (Objected, WouldMutate, NoObjection, NotChecked, NotReviewed).",
 		}, []string{"breaker", "verdict"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit} {
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -116,6 +120,12 @@ func (m *Metrics) setAudit(breaker string, counts map[audit.Verdict]int) {
 	}
 	for _, v := range []audit.Verdict{audit.Objected, audit.WouldMutate, audit.NoObjection, audit.NotChecked, audit.NotReviewed} {
 		m.audit.WithLabelValues(breaker, string(v)).Set(float64(counts[v]))
+	}
+}
+
+func (m *Metrics) deferredReport() {
+	if m != nil {
+		m.deferred.Inc()
 	}
 }
 

@@ -72,6 +72,10 @@ type Reconciler struct {
 	// Requeue queues a breaker for reconciling; nil: a breaker waiting for
 	// its configuration's write lock polls for it instead.
 	Requeue func(breaker string)
+	// Decisions, if set, counts the breakers queued for a decision; while
+	// more wait than its Workers, status writes that can wait do (see
+	// deferReport).
+	Decisions *Decisions
 
 	once    sync.Once
 	written sync.Map // breaker name -> resourceVersion of the last write to it
@@ -79,6 +83,9 @@ type Reconciler struct {
 	// another breaker's patch (breaker name -> closedNote), so that their
 	// windows close with the recovery's reason, not as closed externally.
 	closed sync.Map
+	// deferred: when each breaker's status write was first deferred
+	// (breaker name -> time.Time), to bound how long it waits.
+	deferred sync.Map
 	// targets serialises the writes to one webhook configuration: the
 	// breakers of its webhooks, opened by one outage, would otherwise race
 	// each other's patches and all but one be refused and retried.
@@ -213,6 +220,7 @@ type observed struct {
 // webhook write, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.setDefaults)
+	r.Decisions.take(req.Name)
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -221,6 +229,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Metrics.forget(req.Name)
 			r.written.Delete(req.Name)
 			r.closed.Delete(req.Name)
+			r.deferred.Delete(req.Name)
 			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -294,8 +303,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		note := v.(closedNote)
 		o.closedBy = &note
 	}
-	if err := r.report(ctx, &b, o); err != nil {
+	deferred, err := r.report(ctx, &b, o)
+	if err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
+	}
+	if deferred {
+		// Decisions are waiting: this status goes after them.
+		return ctrl.Result{RequeueAfter: reportDelay, Priority: new(priorityReport)}, nil
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
@@ -312,11 +326,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
+	// Looks again later are routine (priority 0), whatever brought this one.
 	if obs.cfg == nil || deleting {
 		// Nothing is probed, so nothing else triggers a look at the target.
-		return ctrl.Result{RequeueAfter: spec.Probe.Interval}, nil
+		return ctrl.Result{RequeueAfter: spec.Probe.Interval, Priority: new(0)}, nil
 	}
-	return ctrl.Result{RequeueAfter: resync}, nil
+	return ctrl.Result{RequeueAfter: resync, Priority: new(0)}, nil
 }
 
 // notApprovedMessage says how to approve t's configuration, for each way of
@@ -487,11 +502,14 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 	return in
 }
 
-// closedNote is a companion's circuit closed in another breaker's patch:
-// the record's openedAt and the companion's own reason.
+// closedNote is a circuit this process closed whose breaker's status does
+// not show it yet (a companion closed in another breaker's patch, or a
+// status write deferred): the record's openedAt, the breaker's own reason,
+// and when.
 type closedNote struct {
 	openedAt metav1.Time
 	reason   string
+	at       metav1.Time
 }
 
 // companion is another breaker of the same configuration whose circuit
@@ -609,6 +627,11 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		openFor = r.Clock.Since(obs.state.Record.OpenedAt.Time)
 	}
 	r.Metrics.transition(b.Name, d.Write, d.Reason, openFor)
+	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	if d.Write == WriteClose {
+		// Should its status write be deferred, the window still closes with this reason and time.
+		r.closed.Store(b.Name, closedNote{openedAt: obs.state.Record.OpenedAt, reason: d.Reason, at: now})
+	}
 	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
 	switch d.Write {
 	case WriteOpen:
@@ -625,7 +648,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		}
 		r.Metrics.transition(c.b.Name, d.Write, c.d.Reason, openFor)
 		if d.Write == WriteClose {
-			r.closed.Store(c.b.Name, closedNote{openedAt: c.state.Record.OpenedAt, reason: c.d.Reason})
+			r.closed.Store(c.b.Name, closedNote{openedAt: c.state.Record.OpenedAt, reason: c.d.Reason, at: now})
 		}
 		log.FromContext(ctx).Info("wrote a companion's circuit in the same patch", "write", d.Write, "companion", c.b.Name,
 			"companionWebhook", cw, "reason", c.d.Reason, "message", c.d.Message)
@@ -667,11 +690,17 @@ func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
 }
 
 // report writes the status if it changed, and emits events for refusals the
-// first time they happen.
-func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o outcome) error {
+// first time they happen; deferred when the write waits for decisions (see
+// deferReport).
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o outcome) (deferred bool, err error) {
 	d := o.d
 	status := computeStatus(b, o)
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
+	if r.deferReport(b, o, status) {
+		r.Metrics.deferredReport()
+		return true, nil
+	}
+	r.deferred.Delete(b.Name)
 	r.emitConditionEvents(b, status)
 	if d.Refused {
 		// A refusal that leaves the breaker Ready: report it once, when it starts.
@@ -687,17 +716,110 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		r.event(b, "Normal", ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", RearmAnnotation, b.Annotations[RearmAnnotation])
 	}
 	if equality.Semantic.DeepEqual(status, b.Status) {
-		return nil
+		r.forgetClosed(b.Name, status)
+		return false, nil
 	}
 	b.Status = status
 	if err := r.Client.Status().Update(ctx, b); err != nil {
-		return fmt.Errorf("update status of breaker %s: %w", b.Name, err)
+		return false, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
 	r.wrote(b)
-	if n := o.closedBy; n != nil && (status.Record == nil || !status.Record.OpenedAt.Equal(&n.openedAt)) {
-		r.closed.Delete(b.Name) // its window is closed in the status now
+	r.forgetClosed(b.Name, status)
+	return false, nil
+}
+
+// forgetClosed drops breaker's closedNote once status shows the window closed.
+func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
+	if v, ok := r.closed.Load(breaker); ok {
+		n := v.(closedNote)
+		if status.Record == nil || !status.Record.OpenedAt.Equal(&n.openedAt) {
+			r.closed.Delete(breaker)
+		}
 	}
-	return nil
+}
+
+// reportDelay is how soon a deferred status write is looked at again; it
+// runs then only if no decision is queued (it is queued at priorityReport).
+const reportDelay = 100 * time.Millisecond
+
+// maxReportDelay bounds how long a breaker's status write is deferred.
+const maxReportDelay = 30 * time.Second
+
+// deferReport reports whether b's status write waits because breakers are
+// queued for decisions, more than the workers serve at once: in a storm (every webhook failing at once) the
+// writes that open and close circuits go first, and the status of each
+// breaker follows when they are done. Only a write that loses nothing by
+// waiting is deferred: the circuit's truth is its record on the
+// configuration, written already, and the status mirrors it later (with the
+// record's times, and a close's reason kept in memory); a decision that
+// must be remembered in the status (a disarm or re-arm, an external change,
+// a refusal, a failed write, a recreated target) is written at once, as
+// is any status deferred for maxReportDelay.
+func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
+	d := o.d
+	if !r.Decisions.backlog() || d.Disarm != "" || d.Rearm || d.ExternalChange || d.Refused || d.ReleaseFinalizer ||
+		o.writeErr != nil || rearmRequested(b) || o.obs.notApproved != "" || status.TargetUID != b.Status.TargetUID ||
+		equality.Semantic.DeepEqual(status, b.Status) {
+		return false
+	}
+	now := r.Clock.Now()
+	first, _ := r.deferred.LoadOrStore(b.Name, now)
+	return now.Sub(first.(time.Time)) < maxReportDelay
+}
+
+// Decisions counts the breakers queued because a probe verdict reached a
+// threshold: each may open or close its circuit. The zero value is ready;
+// a nil *Decisions counts none.
+type Decisions struct {
+	// Workers is how many reconciles run at once: status writes wait only
+	// while more decisions are queued than that, when a decision would
+	// otherwise wait for a worker. Zero: while any is queued.
+	Workers int
+
+	mu      sync.Mutex
+	waiting map[string]struct{}
+}
+
+// backlog reports whether more decisions wait than there are workers.
+func (q *Decisions) backlog() bool {
+	if q == nil {
+		return false
+	}
+	return q.Waiting() > q.Workers
+}
+
+// Mark records that breaker is queued for a decision.
+func (q *Decisions) Mark(breaker string) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting == nil {
+		q.waiting = map[string]struct{}{}
+	}
+	q.waiting[breaker] = struct{}{}
+}
+
+// take records that breaker's reconcile has started.
+func (q *Decisions) take(breaker string) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.waiting, breaker)
+}
+
+// Waiting is how many breakers are queued for a decision whose reconcile
+// has not started.
+func (q *Decisions) Waiting() int {
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
 }
 
 func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotBypass) }

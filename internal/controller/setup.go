@@ -7,13 +7,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -67,14 +72,34 @@ func (r *queueRef) start(_ context.Context, q workqueue.TypedRateLimitingInterfa
 	return nil
 }
 
-func (r *queueRef) add(breaker string) {
+func (r *queueRef) add(breaker string) { r.addAt(breaker, 0) }
+
+// addAt queues breaker at priority p: controller-runtime's queue serves
+// higher priorities first, and raises an item queued lower (FIFO within a
+// priority).
+func (r *queueRef) addAt(breaker string, p int) {
 	r.mu.Lock()
 	q := r.q
 	r.mu.Unlock()
-	if q != nil {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: breaker}})
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: breaker}}
+	switch pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); {
+	case ok:
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, req)
+	case q != nil:
+		q.Add(req)
 	}
 }
+
+// The queue priorities of a breaker's reconciles. Watch events and
+// resyncs are 0.
+const (
+	// priorityDecision: a probe verdict reached a threshold, so the
+	// reconcile may open or close a circuit.
+	priorityDecision = 100
+	// priorityReport: only the status is behind (a deferred status write, or
+	// a probe change no decision acts on).
+	priorityReport = handler.LowPriority
+)
 
 // Setup adds the probe monitor and the breaker controller to mgr. Both run
 // only on the elected leader.
@@ -97,12 +122,20 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	queue := &queueRef{}
 	enqueue := queue.add
+	decisions := &Decisions{Workers: opts.MaxConcurrentReconciles}
 	// Every probe is measured; only a probe that changed something is
 	// reconciled, so steady breakers cost no reconciles and no API requests.
-	monitor := probe.NewMonitor(opts.Prober, opts.Clock, func(key string, res probe.Result, changed bool) {
+	// A verdict that may open or close a circuit goes first: when every
+	// webhook fails at once, the writes that fail them open are not queued
+	// behind a thousand status reports.
+	monitor := probe.NewMonitor(opts.Prober, opts.Clock, func(key string, res probe.Result, c probe.Change) {
 		metrics.ObserveProbe(key, res)
-		if changed {
-			enqueue(key)
+		switch c {
+		case probe.DecisionChange:
+			decisions.Mark(key)
+			queue.addAt(key, priorityDecision)
+		case probe.ReportChange:
+			queue.addAt(key, priorityReport)
 		}
 	})
 	if err := mgr.Add(monitor); err != nil {
@@ -120,6 +153,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := mgr.Add(targets); err != nil {
 		return nil, fmt.Errorf("add target watches: %w", err)
 	}
+	recorder, err := boundedRecorder(mgr, cs)
+	if err != nil {
+		return nil, err
+	}
 	reviewer := opts.Reviewer
 	if reviewer == nil {
 		if hp, ok := opts.Prober.(*probe.HTTPProber); ok {
@@ -130,7 +167,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	audits := &auditrun.Runner{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Reviewer: reviewer,
-		Requester: opts.Requester, Recorder: mgr.GetEventRecorder("tripswitch"), Clock: opts.Clock, Done: metrics.setAudit,
+		Requester: opts.Requester, Recorder: recorder, Clock: opts.Clock, Done: metrics.setAudit,
 	}
 	if err := mgr.Add(audits); err != nil {
 		return nil, fmt.Errorf("add audit runner: %w", err)
@@ -148,21 +185,75 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		APIReader: mgr.GetAPIReader(),
 		Targets:   targets,
 		Health:    monitor,
-		Recorder:  mgr.GetEventRecorder("tripswitch"),
+		Recorder:  recorder,
 		Clock:     opts.Clock,
 		Metrics:   metrics,
 		Audits:    audits,
 		Signals:   signals,
 		Requeue:   enqueue,
+		Decisions: decisions,
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).
 		WatchesRawSource(source.Func(queue.start)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		// The priority queue (controller-runtime's default, asked for
+		// explicitly because decisions depend on it) serves decisions first.
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: new(true)}).
 		Named("webhookcircuitbreaker").
 		Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("build controller: %w", err)
 	}
 	return r, nil
+}
+
+// eventConcurrency is how many events are sent to the API server at once.
+const eventConcurrency = 4
+
+// boundedRecorder returns the breakers' event recorder. The events.k8s.io
+// broadcaster sends every event from a goroutine of its own, so the
+// thousand CircuitOpened events of a storm would all compete at once with
+// the patches that open the circuits; here at most eventConcurrency are in
+// flight, and the rest follow as they finish (none is dropped).
+func boundedRecorder(mgr ctrl.Manager, cs kubernetes.Interface) (events.EventRecorder, error) {
+	b := events.NewBroadcaster(&boundedSink{
+		sink:  &events.EventSinkImpl{Interface: cs.EventsV1()},
+		slots: make(chan struct{}, eventConcurrency),
+	})
+	err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+			return fmt.Errorf("start recording events: %w", err)
+		}
+		<-ctx.Done()
+		b.Shutdown()
+		return nil
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("add event broadcaster: %w", err)
+	}
+	return b.NewRecorder(mgr.GetScheme(), "tripswitch"), nil
+}
+
+// boundedSink sends at most cap(slots) events at a time.
+type boundedSink struct {
+	sink  events.EventSink
+	slots chan struct{}
+}
+
+func (s *boundedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	s.slots <- struct{}{}
+	defer func() { <-s.slots }()
+	return s.sink.Create(ctx, e)
+}
+
+func (s *boundedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	s.slots <- struct{}{}
+	defer func() { <-s.slots }()
+	return s.sink.Update(ctx, e)
+}
+
+func (s *boundedSink) Patch(ctx context.Context, old *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	s.slots <- struct{}{}
+	defer func() { <-s.slots }()
+	return s.sink.Patch(ctx, old, data)
 }

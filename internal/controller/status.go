@@ -112,9 +112,19 @@ func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o outcome, ours *v1al
 		s.TargetUID = o.obs.cfg.Object.GetUID()
 	}
 	if o.in.TargetFound && o.after.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d, o.closedBy), o.now)
+		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d, o.closedBy), closedAt(s.Record, o))
 		s.Record = ours
 	}
+}
+
+// closedAt is when the window of the record the status mirrored closed:
+// when this process closed it, if it did and the status shows it only now
+// (a companion's close, or a deferred status write); else now.
+func closedAt(mirrored *v1alpha1.CircuitRecord, o outcome) metav1.Time {
+	if n := o.closedBy; mirrored != nil && n != nil && mirrored.OpenedAt.Equal(&n.openedAt) && !n.at.IsZero() {
+		return n.at
+	}
+	return o.now
 }
 
 // setState sets what an operator reads at a glance, and the numbers behind
@@ -152,8 +162,17 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 		state = v1alpha1.StateDisarmed
 	}
 	if state != s.State {
+		// When it happened, if this status write comes later (a deferred
+		// write, or a companion's circuit written in another's patch).
+		at := o.now
+		switch {
+		case state == v1alpha1.StateOpen:
+			at = ours.OpenedAt
+		case s.State == v1alpha1.StateOpen:
+			at = closedAt(b.Status.Record, o)
+		}
 		s.State = state
-		s.LastTransitionTime = &o.now
+		s.LastTransitionTime = &at
 	}
 	h := o.obs.health
 	s.Probe = v1alpha1.ProbeStatus{

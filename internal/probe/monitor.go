@@ -55,13 +55,13 @@ type Observation struct {
 const lateRun = 3
 
 // Monitor probes each registered webhook from its own goroutine, at its own
-// interval with jitter, and calls notify after every probe, saying whether
-// the probe changed anything a decision depends on. It is a
+// interval with jitter, and calls notify after every probe, saying what the
+// probe changed (see Compare). It is a
 // controller-runtime Runnable: loops run only while Start's context lives,
 // which under leader election means only while this replica leads.
 type Monitor struct {
 	prober Prober
-	notify func(key string, r Result, changed bool)
+	notify func(key string, r Result, c Change)
 	clock  clock.WithTicker
 
 	mu    sync.Mutex
@@ -77,11 +77,11 @@ type loop struct {
 }
 
 // NewMonitor returns a monitor using prober. notify is called after every
-// probe, outside any lock, with changed set when the probe changed the
-// result's status or reason, the verdict its counts add up to, or the
-// endpoint counts: a caller that reconciles only on changed does the same
-// work for 200 steady webhooks as for none.
-func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result, changed bool)) *Monitor {
+// probe, outside any lock, with what the probe changed (see Compare): a
+// caller that reconciles only on a change does the same work for 200 steady
+// webhooks as for none, and one that serves DecisionChange first opens and
+// closes circuits first when every webhook fails at once.
+func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result, c Change)) *Monitor {
 	return &Monitor{prober: prober, notify: notify, clock: clk, loops: map[string]*loop{}}
 }
 
@@ -215,9 +215,9 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		prev := l.obs
 		l.obs = observe(l.obs, r, s)
 		l.obs = lateness(l.obs, r.Lag, interval)
-		changed := Changed(prev, l.obs)
+		change := Compare(prev, l.obs)
 		m.mu.Unlock()
-		m.notify(key, r, changed)
+		m.notify(key, r, change)
 		select {
 		case <-ctx.Done():
 			return
@@ -283,15 +283,37 @@ func verdictOf(o Observation, s Settings) Verdict {
 	return VerdictPending
 }
 
-// Changed reports whether next differs from prev in anything a decision
-// depends on: the verdict (a count reaching its threshold), whether the
-// webhook can be probed at all (and why not), the endpoint counts, or
-// whether probes keep their interval.
-// Probes that only move a count below its threshold change nothing; the
-// status shows the counts as of the last decision.
-func Changed(prev, next Observation) bool {
+// Change is how much one probe changed an observation, for a caller that
+// decides on observations and reports them.
+type Change int
+
+// Changes, from least to most.
+const (
+	// NoChange: at most a count moved below its threshold.
+	NoChange Change = iota
+	// ReportChange: something a report shows changed, but nothing a decision
+	// to write acts on: the first probe, a verdict falling back to Pending
+	// (one failed probe of a healthy webhook), the webhook becoming or
+	// ceasing to be unprobeable (which blocks writes, never makes one), the
+	// endpoint counts, or whether probes keep their interval.
+	ReportChange
+	// DecisionChange: the verdict reached a threshold (Unhealthy or
+	// Healthy), which is what opens and closes circuits.
+	DecisionChange
+)
+
+// Compare says how much next differs from prev. Probes that only move a
+// count below its threshold change nothing; a status shows the counts as of
+// the last report.
+func Compare(prev, next Observation) Change {
+	if prev.Verdict != next.Verdict && next.Verdict != VerdictPending && next.Verdict != "" {
+		return DecisionChange
+	}
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
-	return prev.Verdict != next.Verdict || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
-		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == "" || prev.Late != next.Late
+	if prev.Verdict != next.Verdict || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
+		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == "" || prev.Late != next.Late {
+		return ReportChange
+	}
+	return NoChange
 }

@@ -37,7 +37,7 @@ type harness struct {
 
 func start(t *testing.T, p probe.Prober) *harness {
 	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Unix(0, 0)), probed: make(chan string, 100)}
-	h.mon = probe.NewMonitor(p, h.clk, func(key string, _ probe.Result, _ bool) { h.probed <- key })
+	h.mon = probe.NewMonitor(p, h.clk, func(key string, _ probe.Result, _ probe.Change) { h.probed <- key })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.mon.Start(ctx); close(done) }()
@@ -173,7 +173,7 @@ func TestMonitorWaitsForStart(t *testing.T) {
 	p := &script{status: probe.Healthy}
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	probed := make(chan string, 10)
-	mon := probe.NewMonitor(p, clk, func(key string, _ probe.Result, _ bool) { probed <- key })
+	mon := probe.NewMonitor(p, clk, func(key string, _ probe.Result, _ probe.Change) { probed <- key })
 	mon.Ensure("b", settings) // before Start: as when the reconciler runs first
 	clk.Step(time.Hour)
 	if p.calls.Load() != 0 {
