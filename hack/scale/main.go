@@ -136,6 +136,7 @@ func run(o options) error {
 	// GitOps sync would: the clock for "ready" starts at the last create, so
 	// it measures the controller, not this harness's create loop.
 	begin := time.Now()
+	beforeCreate := storm(metricsAddr)
 	originals := map[string]string{}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
@@ -176,6 +177,7 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("breakers never all Ready: %w", err)
 	}
+	printStorm("create", beforeCreate, storm(metricsAddr))
 	time.Sleep(2 * interval) // let the last reconciles settle
 
 	apiserver := findProcess("kube-apiserver")

@@ -51,7 +51,10 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 		}
 	}
 
-	decisions.Mark(queued)
+	if decisions.Verdict(name, false) {
+		t.Fatal("a healthy verdict on a closed circuit was queued as a decision: it writes nothing but a status")
+	}
+	decisions.Verdict(queued, true)
 	b.health.set(name, probe.Unhealthy)
 	openedAt := b.clock.Now().Truncate(time.Second)
 	res := reconcile()
@@ -79,7 +82,10 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 		t.Errorf("Open since %v, want the record's time %v", at, openedAt)
 	}
 
-	decisions.Mark(queued)
+	if !decisions.Verdict(name, false) {
+		t.Fatal("a healthy verdict on an open circuit was not queued as a decision: it may close it")
+	}
+	decisions.Verdict(queued, true)
 	b.health.set(name, probe.Healthy)
 	closedAt := b.clock.Now().Truncate(time.Second)
 	reconcile()
@@ -105,7 +111,7 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 	}
 
 	// Bounded: a decision queued for ever delays a status at most 30s.
-	decisions.Mark(queued)
+	decisions.Verdict(queued, true)
 	b.health.set(name, probe.Unhealthy)
 	reconcile()
 	if got := b.getBreaker(name); got.Status.State != v1alpha1.StateClosed || !hasRecord(b.getConfig()) {

@@ -83,6 +83,10 @@ type Reconciler struct {
 	// another breaker's patch (breaker name -> closedNote), so that their
 	// windows close with the recovery's reason, not as closed externally.
 	closed sync.Map
+	// targetWritten: the resourceVersion of this process's last write to
+	// each configuration (kind/name -> string), to tell whether its watch
+	// has caught up.
+	targetWritten sync.Map
 	// deferred: when each breaker's status write was first deferred
 	// (breaker name -> time.Time), to bound how long it waits.
 	deferred sync.Map
@@ -179,6 +183,22 @@ func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
 	}
 }
 
+// watchCurrent reports whether b's target is served by a watch that has
+// shown this process's last write to it (or this process has written none):
+// a decision on it then needs no fresh read. One on a watch that lags
+// behind another breaker's patch a moment ago would be refused; one on a
+// watch that lags behind someone else's write is refused too, by the
+// resourceVersion every patch carries, and decided again.
+func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
+	t := b.Spec.Target
+	obj, found, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
+	if !cached || !found {
+		return false
+	}
+	v, ok := r.targetWritten.Load(string(t.Kind) + "/" + t.ConfigurationName)
+	return !ok || v.(string) == obj.GetResourceVersion()
+}
+
 // lockedRetry is when a breaker that found its configuration's lock taken
 // is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
 const lockedRetry = time.Second
@@ -230,6 +250,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.written.Delete(req.Name)
 			r.closed.Delete(req.Name)
 			r.deferred.Delete(req.Name)
+			r.Decisions.forget(req.Name)
 			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -268,14 +289,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if d.Write != WriteNone {
-		// Before a write, decide again on what the API server has now, with
-		// the configuration's write lock held: one writer per configuration at
-		// a time (the breakers of its webhooks, opened by one outage, would
-		// otherwise race each other's patches and all but one be refused), and
-		// no decision on a watch that has not yet shown the last write
-		// (another breaker's a moment ago). Writes are rare, so the extra reads are too; a
-		// patch still carries the resourceVersion it was decided on, so a
-		// writer outside this process makes it fail and be decided again.
+		// Before a write, decide again, with the configuration's write lock
+		// held: one writer per configuration at a time (the breakers of its
+		// webhooks, opened by one outage, would otherwise race each other's
+		// patches and all but one be refused), and never on a watch that has
+		// not yet shown this process's last write to it (another breaker's a
+		// moment ago): then the configuration is read fresh. A patch carries
+		// the resourceVersion it was decided on, so a writer outside this
+		// process makes it fail and be decided again.
 		unlock := r.lockTarget(b.Spec.Target, b.Name)
 		if unlock == nil {
 			retry := lockedRetry
@@ -285,7 +306,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: retry}, nil
 		}
 		defer unlock()
-		if obs, in, d, err = r.decide(ctx, &b, spec, deleting, true); err != nil {
+		if obs, in, d, err = r.decide(ctx, &b, spec, deleting, !r.watchCurrent(&b)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -621,6 +642,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	if err != nil {
 		return obs.state, err
 	}
+	r.targetWritten.Store(string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, obs.cfg.Object.GetResourceVersion())
 	after := circuit.Inspect(obs.cfg, webhook)
 	var openFor time.Duration
 	if d.Write != WriteOpen && obs.state.Record != nil {
@@ -696,6 +718,7 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	d := o.d
 	status := computeStatus(b, o)
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
+	r.Decisions.setOpen(b.Name, status.State == v1alpha1.StateOpen)
 	if r.deferReport(b, o, status) {
 		r.Metrics.deferredReport()
 		return true, nil
@@ -767,9 +790,12 @@ func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o outcome, s
 	return now.Sub(first.(time.Time)) < maxReportDelay
 }
 
-// Decisions counts the breakers queued because a probe verdict reached a
-// threshold: each may open or close its circuit. The zero value is ready;
-// a nil *Decisions counts none.
+// Decisions counts the breakers queued because a probe verdict may make
+// them write: an Unhealthy verdict (it may open the circuit), or a Healthy
+// one while the breaker holds its circuit open (it may close it). A Healthy
+// verdict on a closed circuit writes nothing but a status: a thousand new
+// breakers turning healthy are no storm. The zero value is ready; a nil
+// *Decisions counts none.
 type Decisions struct {
 	// Workers is how many reconciles run at once: status writes wait only
 	// while more decisions are queued than that, when a decision would
@@ -778,6 +804,50 @@ type Decisions struct {
 
 	mu      sync.Mutex
 	waiting map[string]struct{}
+	open    map[string]bool // breakers whose last reconcile left their circuit open
+}
+
+// Verdict records a probe verdict of breaker reaching its threshold, and
+// reports whether it is queued as a decision (see Decisions).
+func (q *Decisions) Verdict(breaker string, unhealthy bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !unhealthy && !q.open[breaker] {
+		return false
+	}
+	if q.waiting == nil {
+		q.waiting = map[string]struct{}{}
+	}
+	q.waiting[breaker] = struct{}{}
+	return true
+}
+
+// setOpen records whether breaker's circuit is open.
+func (q *Decisions) setOpen(breaker string, open bool) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.open == nil {
+		q.open = map[string]bool{}
+	}
+	if open {
+		q.open[breaker] = true
+	} else {
+		delete(q.open, breaker)
+	}
+}
+
+// forget drops a deleted breaker.
+func (q *Decisions) forget(breaker string) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.waiting, breaker)
+	delete(q.open, breaker)
 }
 
 // backlog reports whether more decisions wait than there are workers.
@@ -786,19 +856,6 @@ func (q *Decisions) backlog() bool {
 		return false
 	}
 	return q.Waiting() > q.Workers
-}
-
-// Mark records that breaker is queued for a decision.
-func (q *Decisions) Mark(breaker string) {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.waiting == nil {
-		q.waiting = map[string]struct{}{}
-	}
-	q.waiting[breaker] = struct{}{}
 }
 
 // take records that breaker's reconcile has started.

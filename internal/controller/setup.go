@@ -132,7 +132,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		metrics.ObserveProbe(key, res)
 		switch c {
 		case probe.DecisionChange:
-			decisions.Mark(key)
+			decisions.Verdict(key, res.Status == probe.Unhealthy)
 			queue.addAt(key, priorityDecision)
 		case probe.ReportChange:
 			queue.addAt(key, priorityReport)

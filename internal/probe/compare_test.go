@@ -27,7 +27,9 @@ func TestCompare(t *testing.T) {
 		prev, next probe.Observation
 		want       probe.Change
 	}{
-		{"first probe", probe.Observation{}, pendingUp, probe.ReportChange},
+		{"first probe, no verdict yet", probe.Observation{}, pendingUp, probe.NoChange},
+		{"first probe, of endpoints", probe.Observation{}, func() probe.Observation { o := pendingUp; o.Last.Healthy, o.Last.Total = 2, 2; return o }(), probe.NoChange},
+		{"first probe, unprobeable", probe.Observation{}, unknown, probe.ReportChange},
 		{"first probe reaches a threshold of one", probe.Observation{}, healthy, probe.DecisionChange},
 		{"healthy stays healthy", healthy, healthy, probe.NoChange},
 		{"one failure leaves the healthy verdict", healthy, pendingDown, probe.ReportChange},

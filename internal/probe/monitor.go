@@ -292,10 +292,13 @@ const (
 	// NoChange: at most a count moved below its threshold.
 	NoChange Change = iota
 	// ReportChange: something a report shows changed, but nothing a decision
-	// to write acts on: the first probe, a verdict falling back to Pending
-	// (one failed probe of a healthy webhook), the webhook becoming or
-	// ceasing to be unprobeable (which blocks writes, never makes one), the
-	// endpoint counts, or whether probes keep their interval.
+	// to write acts on: a verdict falling back to Pending (one failed probe
+	// of a healthy webhook), the webhook becoming or ceasing to be
+	// unprobeable (which blocks writes, never makes one), the endpoint
+	// counts, or whether probes keep their interval. A first probe that
+	// reaches no verdict is no change: the report waits for the verdict (a
+	// thousand new breakers would otherwise cost a thousand status writes
+	// more).
 	ReportChange
 	// DecisionChange: the verdict reached a threshold (Unhealthy or
 	// Healthy), which is what opens and closes circuits.
@@ -306,13 +309,20 @@ const (
 // count below its threshold change nothing; a status shows the counts as of
 // the last report.
 func Compare(prev, next Observation) Change {
-	if prev.Verdict != next.Verdict && next.Verdict != VerdictPending && next.Verdict != "" {
+	verdict := func(o Observation) Verdict {
+		if o.Verdict == "" {
+			return VerdictPending // before the first probe
+		}
+		return o.Verdict
+	}
+	pv, nv := verdict(prev), verdict(next)
+	if pv != nv && nv != VerdictPending {
 		return DecisionChange
 	}
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
-	if prev.Verdict != next.Verdict || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
-		p.Healthy != n.Healthy || p.Total != n.Total || p.Status == "" || prev.Late != next.Late {
+	if pv != nv || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
+		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late {
 		return ReportChange
 	}
 	return NoChange

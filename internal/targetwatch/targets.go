@@ -5,9 +5,12 @@ package targetwatch
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,10 +44,60 @@ type targetKey struct {
 	name string
 }
 
+// targetWatch is one configuration's watch: a reflector (list, then watch,
+// relisting when the watch breaks) into a store of its own. No informer:
+// nothing here needs its event queue and handler goroutines, which cost
+// three more goroutines and a growing buffer per configuration.
 type targetWatch struct {
-	informer cache.SharedIndexInformer
-	users    map[string]bool // breakers targeting it
-	stop     context.CancelFunc
+	key   targetKey
+	store *store
+	users map[string]bool // breakers targeting it
+	stop  context.CancelFunc
+}
+
+// store keeps one configuration as its reflector lists and watches it, and
+// calls changed when it did change.
+type store struct {
+	cache.Store
+	changed func()
+	// synced is set once the reflector's first list is in.
+	synced atomic.Bool
+}
+
+func (s *store) Add(obj any) error    { return s.then(s.Store.Add(obj)) }
+func (s *store) Update(obj any) error { return s.then(s.Store.Update(obj)) }
+func (s *store) Delete(obj any) error { return s.then(s.Store.Delete(obj)) }
+
+func (s *store) then(err error) error {
+	if err == nil {
+		s.changed()
+	}
+	return err
+}
+
+// Replace takes a list (the first, or a relist after the watch broke) and
+// calls changed only if it differs from what the store held: a relist of
+// unchanged configurations wakes no breaker.
+func (s *store) Replace(list []any, resourceVersion string) error {
+	before := s.versions()
+	if err := s.Store.Replace(list, resourceVersion); err != nil {
+		return err
+	}
+	s.synced.Store(true)
+	if !maps.Equal(before, s.versions()) {
+		s.changed()
+	}
+	return nil
+}
+
+func (s *store) versions() map[string]string {
+	out := map[string]string{}
+	for _, o := range s.Store.List() {
+		if m, err := meta.Accessor(o); err == nil {
+			out[m.GetName()] = m.GetResourceVersion()
+		}
+	}
+	return out
 }
 
 // New returns a watcher that reports changes through onChange.
@@ -84,10 +137,10 @@ func (t *Targets) Get(breaker string, kind v1alpha1.TargetKind, name string) (ob
 	w := t.watches[key]
 	running := w.stop != nil
 	t.mu.Unlock()
-	if !running || !w.informer.HasSynced() {
+	if !running || !w.store.synced.Load() {
 		return nil, false, false
 	}
-	item, exists, err := w.informer.GetStore().GetByKey(name)
+	item, exists, err := w.store.GetByKey(name)
 	if err != nil {
 		return nil, false, false
 	}
@@ -129,13 +182,9 @@ func (t *Targets) ensure(breaker string, key targetKey) {
 	t.breakers[breaker] = key
 	w, ok := t.watches[key]
 	if !ok {
-		w = &targetWatch{informer: t.newInformer(key), users: map[string]bool{}}
+		w = &targetWatch{key: key, users: map[string]bool{},
+			store: &store{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), changed: func() { t.changed(key) }}}
 		t.watches[key] = w
-		_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { t.changed(key) },
-			UpdateFunc: func(any, any) { t.changed(key) },
-			DeleteFunc: func(any) { t.changed(key) },
-		})
 		t.run(w)
 	}
 	w.users[breaker] = true
@@ -157,14 +206,17 @@ func (t *Targets) release(breaker string) {
 	}
 }
 
-// run starts w's informer if the watcher is running. Callers hold t.mu.
+// run starts w's reflector if the watcher is running. Callers hold t.mu.
+// Each run lists afresh: what an earlier run (an earlier term as leader)
+// stored is not served until then.
 func (t *Targets) run(w *targetWatch) {
 	if t.ctx == nil || w.stop != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
 	w.stop = cancel
-	go w.informer.RunWithContext(ctx)
+	w.store.synced.Store(false)
+	go t.reflector(w).RunWithContext(ctx)
 }
 
 // changed tells every breaker targeting key to look again.
@@ -182,15 +234,17 @@ func (t *Targets) changed(key targetKey) {
 	}
 }
 
-func (t *Targets) newInformer(key targetKey) cache.SharedIndexInformer {
+func (t *Targets) reflector(w *targetWatch) *cache.Reflector {
+	key := w.key
 	selector := fields.OneTermEqualSelector("metadata.name", key.name).String()
 	api := t.client.AdmissionregistrationV1()
+	opts := cache.ReflectorOptions{Name: "targetwatch " + string(key.kind) + "/" + key.name}
 	if key.kind == v1alpha1.ValidatingWebhookConfiguration {
 		c := api.ValidatingWebhookConfigurations()
-		return cache.NewSharedIndexInformer(byName(selector, c.List, c.Watch), &admissionregistrationv1.ValidatingWebhookConfiguration{}, 0, cache.Indexers{})
+		return cache.NewReflectorWithOptions(byName(selector, c.List, c.Watch), &admissionregistrationv1.ValidatingWebhookConfiguration{}, w.store, opts)
 	}
 	c := api.MutatingWebhookConfigurations()
-	return cache.NewSharedIndexInformer(byName(selector, c.List, c.Watch), &admissionregistrationv1.MutatingWebhookConfiguration{}, 0, cache.Indexers{})
+	return cache.NewReflectorWithOptions(byName(selector, c.List, c.Watch), &admissionregistrationv1.MutatingWebhookConfiguration{}, w.store, opts)
 }
 
 // byName lists and watches with the field selector that picks one name.
