@@ -52,7 +52,10 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
-var pprofAddr *string
+var (
+	pprofAddr     *string
+	controllerEnv []string
+)
 
 const (
 	interval         = time.Second
@@ -69,6 +72,13 @@ func main() {
 	flag.StringVar(&o.fault, "fault", "slow", "the fault in every webhook at once: slow (answers 2s late) or 503")
 	flag.DurationVar(&o.steady, "steady", 30*time.Second, "how long to measure the steady state")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
+	flag.Func("env", "KEY=VALUE added to the controller's environment (repeatable), as a pod spec would set it: GOMAXPROCS=1, GOMEMLIMIT=90MiB", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", v)
+		}
+		controllerEnv = append(controllerEnv, v)
+		return nil
+	})
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the controller's own log is the one to read
 	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") {
@@ -372,6 +382,7 @@ func startController(env *testenv.Env) (*exec.Cmd, string, error) {
 		args = append(args, "--pprof-bind-address", *pprofAddr)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), controllerEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, "", err

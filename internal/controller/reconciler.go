@@ -78,11 +78,14 @@ type Reconciler struct {
 	Decisions *Decisions
 
 	once    sync.Once
-	written sync.Map // breaker name -> resourceVersion of the last write to it
+	written sync.Map // breaker name -> version: this controller's last write to it
 	// closed notes the circuits this process closed as companions in
 	// another breaker's patch (breaker name -> closedNote), so that their
 	// windows close with the recovery's reason, not as closed externally.
 	closed sync.Map
+	// awaited: the breakers that have waited once for their
+	// configuration's watch to list (see awaitWatch).
+	awaited sync.Map
 	// targetWritten: the resourceVersion of this process's last write to
 	// each configuration (kind/name -> string), to tell whether its watch
 	// has caught up.
@@ -106,6 +109,9 @@ type TargetSource interface {
 	Forget(breaker string)
 	// Users are the breakers that target the configuration.
 	Users(kind v1alpha1.TargetKind, name string) []string
+	// Listing reports whether the configuration's watch runs but has not
+	// listed it yet; when it has, it names its users as changed.
+	Listing(kind v1alpha1.TargetKind, name string) bool
 }
 
 // AuditQueue takes requests for the audits of a breaker's closed windows;
@@ -125,6 +131,7 @@ func (uncachedTargets) Get(string, v1alpha1.TargetKind, string) (client.Object, 
 }
 func (uncachedTargets) Users(v1alpha1.TargetKind, string) []string                             { return nil }
 func (uncachedTargets) Forget(string)                                                          {}
+func (uncachedTargets) Listing(v1alpha1.TargetKind, string) bool                               { return false }
 func (noAudits) Request(string)                                                                {}
 func (noSignals) Ensure(string, apisignal.Settings) error                                      { return nil }
 func (noSignals) Stop(string)                                                                  {}
@@ -199,22 +206,56 @@ func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
 	return !ok || v.(string) == obj.GetResourceVersion()
 }
 
+// awaitWatch reports whether b should wait for its configuration's watch,
+// which has started but not listed yet, rather than read the configuration
+// from the API server: the list names b as changed when it is in (1,000
+// breakers created or a controller restarted at once would otherwise cost
+// 1,000 reads on top of the lists). Each breaker waits once, then reads: a
+// watch that cannot list (RBAC does not approve the configuration) must not
+// keep it from reporting why.
+func (r *Reconciler) awaitWatch(b *v1alpha1.WebhookCircuitBreaker) bool {
+	t := b.Spec.Target
+	if _, _, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName); cached {
+		r.awaited.Delete(b.Name)
+		return false
+	}
+	if !r.Targets.Listing(t.Kind, t.ConfigurationName) {
+		return false
+	}
+	_, waited := r.awaited.LoadOrStore(b.Name, true)
+	return !waited
+}
+
+// watchWait is how long a breaker waits for its configuration's watch to
+// list it before reading it from the API server, if the list does not wake
+// it first.
+const watchWait = 2 * time.Second
+
 // lockedRetry is when a breaker that found its configuration's lock taken
 // is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
 const lockedRetry = time.Second
 
+// version is a breaker's resourceVersion after this controller's last
+// write to it (or fresh read), and the one that write replaced.
+type version struct{ now, before string }
+
 // wrote remembers the breaker's resourceVersion after this controller wrote
-// it (or read it fresh).
-func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker) {
-	r.written.Store(b.Name, b.ResourceVersion)
+// it (before: its version until then) or read it fresh (before: empty).
+func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker, before string) {
+	r.written.Store(b.Name, version{now: b.ResourceVersion, before: before})
 }
 
 // lagging reports whether b, as read from the cache, is not the version this
 // controller last wrote: the cache has not caught up (or someone else wrote
 // since; either way, a fresh read is due before a decision that writes).
-func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) bool {
+// behind is set when the cache still shows the version that write
+// replaced: its watch event is on its way, and will queue b again.
+func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind bool) {
 	v, ok := r.written.Load(b.Name)
-	return ok && v.(string) != b.ResourceVersion
+	if !ok || v.(version).now == b.ResourceVersion {
+		return false, false
+	}
+	return true, v.(version).before == b.ResourceVersion
 }
 
 // SignalSource keeps the API server signal; *apisignal.Tracker implements it.
@@ -240,7 +281,7 @@ type observed struct {
 // webhook write, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.setDefaults)
-	r.Decisions.take(req.Name)
+	decision := r.Decisions.take(req.Name)
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -250,29 +291,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.written.Delete(req.Name)
 			r.closed.Delete(req.Name)
 			r.deferred.Delete(req.Name)
+			r.awaited.Delete(req.Name)
 			r.Decisions.forget(req.Name)
 			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
 	}
-	if r.lagging(&b) {
+	if lag, behind := r.lagging(&b); lag {
 		// The watch has not shown this controller's last write to the
 		// breaker (its status or finalizer a moment ago): anything decided or
-		// written on this version would be refused, so read it fresh.
+		// written on this version would be refused. Unless a decision waits
+		// on it, wait for the watch's event of that write, which queues the
+		// breaker again (a thousand breakers written at once would otherwise
+		// cost a thousand reads); else read it fresh.
+		if behind && !decision {
+			return ctrl.Result{RequeueAfter: lockedRetry}, nil
+		}
 		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
 			if apierrors.IsNotFound(err) {
 				return ctrl.Result{}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
 		}
-		r.wrote(&b)
+		r.wrote(&b, "")
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
 		"target", string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
 	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		return ctrl.Result{}, nil
+	}
+	if r.awaitWatch(&b) {
+		return ctrl.Result{RequeueAfter: watchWait}, nil
 	}
 	spec := b.Spec.Resolve()
 	obs, in, d, err := r.decide(ctx, &b, spec, deleting, false)
@@ -565,7 +616,7 @@ func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitB
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
 			continue
 		}
-		if r.lagging(o) {
+		if lag, _ := r.lagging(o); lag {
 			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
 				continue
 			}
@@ -694,6 +745,7 @@ func (r *Reconciler) event(b *v1alpha1.WebhookCircuitBreaker, typ, reason, actio
 // concurrent spec change makes it retry rather than be overwritten.
 func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, add bool) error {
 	base := b.DeepCopy()
+	before := b.ResourceVersion
 	if add {
 		controllerutil.AddFinalizer(b, Finalizer)
 	} else {
@@ -702,7 +754,7 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCirc
 	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("update finalizer of breaker %s: %w", b.Name, err)
 	}
-	r.wrote(b)
+	r.wrote(b, before)
 	return nil
 }
 
@@ -742,11 +794,12 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		r.forgetClosed(b.Name, status)
 		return false, nil
 	}
+	before := b.ResourceVersion
 	b.Status = status
 	if err := r.Client.Status().Update(ctx, b); err != nil {
 		return false, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
-	r.wrote(b)
+	r.wrote(b, before)
 	r.forgetClosed(b.Name, status)
 	return false, nil
 }
@@ -858,14 +911,17 @@ func (q *Decisions) backlog() bool {
 	return q.Waiting() > q.Workers
 }
 
-// take records that breaker's reconcile has started.
-func (q *Decisions) take(breaker string) {
+// take records that breaker's reconcile has started, and reports whether
+// it was queued as a decision.
+func (q *Decisions) take(breaker string) bool {
 	if q == nil {
-		return
+		return false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	_, ok := q.waiting[breaker]
 	delete(q.waiting, breaker)
+	return ok
 }
 
 // Waiting is how many breakers are queued for a decision whose reconcile

@@ -75,16 +75,17 @@ func (s *store) then(err error) error {
 	return err
 }
 
-// Replace takes a list (the first, or a relist after the watch broke) and
-// calls changed only if it differs from what the store held: a relist of
-// unchanged configurations wakes no breaker.
+// Replace takes a list: the first, after which changed is called whatever
+// it holds (breakers wait for it: see Targets.Listing), or a relist after
+// the watch broke, after which changed is called only if the list differs
+// from what the store held (a relist of unchanged configurations wakes no
+// breaker).
 func (s *store) Replace(list []any, resourceVersion string) error {
 	before := s.versions()
 	if err := s.Store.Replace(list, resourceVersion); err != nil {
 		return err
 	}
-	s.synced.Store(true)
-	if !maps.Equal(before, s.versions()) {
+	if first := !s.synced.Swap(true); first || !maps.Equal(before, s.versions()) {
 		s.changed()
 	}
 	return nil
@@ -148,6 +149,17 @@ func (t *Targets) Get(breaker string, kind v1alpha1.TargetKind, name string) (ob
 		return nil, false, true
 	}
 	return item.(client.Object).DeepCopyObject().(client.Object), true, true
+}
+
+// Listing reports whether the configuration's watch is running and has not
+// listed it yet. When it has, it calls onChange for the configuration's
+// breakers, whether the configuration exists or not.
+func (t *Targets) Listing(kind v1alpha1.TargetKind, name string) bool {
+	t.mu.Lock()
+	w, ok := t.watches[targetKey{kind, name}]
+	running := ok && w.stop != nil
+	t.mu.Unlock()
+	return running && !w.store.synced.Load()
 }
 
 // Users returns the breakers that target the configuration, as far as

@@ -24,7 +24,8 @@ const mutating = v1alpha1.MutatingWebhookConfiguration
 // does): a configuration is served from its watch once the watch has
 // listed it; every breaker that targets it hears of each change to it and
 // of its deletion, and nothing else; a configuration that does not exist is
-// served as not found; a watch no breaker needs stops.
+// served as not found; a watch's first list wakes its breakers whatever it
+// holds (they wait for it); a watch no breaker needs stops.
 func TestTargets(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	ctx := t.Context()
@@ -46,7 +47,7 @@ func TestTargets(t *testing.T) {
 		return cfg
 	}
 	create(watched)
-	create("tw-other") // not approved: never read
+	create("tw-other") // not approved: its watch never lists
 
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "tw-reader"}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
@@ -101,7 +102,14 @@ func TestTargets(t *testing.T) {
 	if _, _, cached := get("one", watched); cached {
 		t.Fatal("served from a watch that had just started")
 	}
+	// RBAC does not approve tw-other: its watch never lists, and says so.
+	if _, _, cached := get("stranger", "tw-other"); cached {
+		t.Fatal("a configuration RBAC does not approve was served")
+	}
 	heard("one") // the first list brought the configuration
+	if targets.Listing(mutating, watched) {
+		t.Fatal("still listing after the first list was heard")
+	}
 	got, found, cached := get("one", watched)
 	if !found || !cached || got.Name != watched {
 		t.Fatalf("after the first list: found %v, cached %v", found, cached)
@@ -129,21 +137,12 @@ func TestTargets(t *testing.T) {
 		t.Fatalf("after the edit: resourceVersion %s, labels %v; want %s", got.ResourceVersion, got.Labels, live.ResourceVersion)
 	}
 
-	// A configuration that does not exist: not found, from the watch.
+	// A configuration that does not exist: its first list wakes its
+	// breakers all the same, and it is not found, from the watch.
 	get("lonely", absent)
-	deadline := time.After(30 * time.Second)
-	for {
-		if _, found, cached := get("lonely", absent); cached {
-			if found {
-				t.Fatal("a configuration that does not exist was found")
-			}
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatal("the watch of a missing configuration never listed")
-		case <-time.After(10 * time.Millisecond):
-		}
+	heard("lonely")
+	if _, found, cached := get("lonely", absent); found || !cached {
+		t.Fatalf("a configuration that does not exist: found %v, cached %v", found, cached)
 	}
 	create(absent)
 	heard("lonely")
@@ -157,6 +156,13 @@ func TestTargets(t *testing.T) {
 	heard("one", "two")
 	if _, found, cached := get("one", watched); found || !cached {
 		t.Fatalf("after deletion: found %v, cached %v", found, cached)
+	}
+
+	if !targets.Listing(mutating, "tw-other") {
+		t.Fatal("the watch of a configuration RBAC does not approve is not listing")
+	}
+	if _, _, cached := get("stranger", "tw-other"); cached {
+		t.Fatal("a configuration RBAC does not approve was served")
 	}
 
 	targets.Forget("one")
