@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,17 @@ type Metrics struct {
 	probeLag    *prometheus.GaugeVec
 	audit       *prometheus.GaugeVec
 	deferred    prometheus.Counter
+
+	// probeSeries caches each breaker's per-probe series (breaker name ->
+	// *probeSeries): a thousand probes a second look none up by label.
+	probeSeries sync.Map
+}
+
+// probeSeries are one breaker's series that every probe updates.
+type probeSeries struct {
+	results  map[probe.Status]prometheus.Counter
+	duration prometheus.Observer
+	lag      prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -68,9 +80,22 @@ func (m *Metrics) ObserveProbe(breaker string, r probe.Result) {
 	if m == nil {
 		return
 	}
-	m.probes.WithLabelValues(breaker, string(r.Status)).Inc()
-	m.probeTime.WithLabelValues(breaker).Observe(r.Latency.Seconds())
-	m.probeLag.WithLabelValues(breaker).Set(r.Lag.Seconds())
+	v, ok := m.probeSeries.Load(breaker)
+	if !ok {
+		ps := &probeSeries{results: map[probe.Status]prometheus.Counter{}, duration: m.probeTime.WithLabelValues(breaker), lag: m.probeLag.WithLabelValues(breaker)}
+		for _, st := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown} {
+			ps.results[st] = m.probes.WithLabelValues(breaker, string(st))
+		}
+		v, _ = m.probeSeries.LoadOrStore(breaker, ps)
+	}
+	ps := v.(*probeSeries)
+	if c, ok := ps.results[r.Status]; ok {
+		c.Inc()
+	} else {
+		m.probes.WithLabelValues(breaker, string(r.Status)).Inc()
+	}
+	ps.duration.Observe(r.Latency.Seconds())
+	ps.lag.Set(r.Lag.Seconds())
 }
 
 func (m *Metrics) setOpen(breaker string, open bool) {
@@ -140,6 +165,7 @@ func (m *Metrics) forget(breaker string) {
 	if m == nil {
 		return
 	}
+	m.probeSeries.Delete(breaker)
 	labels := prometheus.Labels{"breaker": breaker}
 	m.open.DeletePartialMatch(labels)
 	m.transitions.DeletePartialMatch(labels)

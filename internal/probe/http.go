@@ -170,7 +170,8 @@ func (p *HTTPProber) dial() func(ctx context.Context, network, addr string) (net
 // flight, however long it hangs and at whatever stage. Only a cancelled
 // probe (the monitor stopped) cancels its request.
 func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result {
-	if t.Timeout > 0 {
+	// The monitor's context already ends at the timeout: no second timer.
+	if dl, ok := ctx.Deadline(); t.Timeout > 0 && (!ok || time.Until(dl) > t.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
