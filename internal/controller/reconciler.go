@@ -226,9 +226,9 @@ func (r *Reconciler) awaitWatch(b *v1alpha1.WebhookCircuitBreaker) bool {
 	return !waited
 }
 
-// watchWait is how long a breaker waits for its configuration's watch to
-// list it before reading it from the API server, if the list does not wake
-// it first.
+// watchWait is how long a breaker waits for a watch (its configuration's
+// first list, or its own watch's event of this controller's last write)
+// before it reads from the API server, if the watch does not wake it first.
 const watchWait = 2 * time.Second
 
 // lockedRetry is when a breaker that found its configuration's lock taken
@@ -306,7 +306,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// breaker again (a thousand breakers written at once would otherwise
 		// cost a thousand reads); else read it fresh.
 		if behind && !decision {
-			return ctrl.Result{RequeueAfter: lockedRetry}, nil
+			return ctrl.Result{RequeueAfter: watchWait}, nil
 		}
 		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -821,10 +821,10 @@ const reportDelay = 100 * time.Millisecond
 // maxReportDelay bounds how long a breaker's status write is deferred.
 const maxReportDelay = 30 * time.Second
 
-// deferReport reports whether b's status write waits because breakers are
-// queued for decisions, more than the workers serve at once: in a storm (every webhook failing at once) the
-// writes that open and close circuits go first, and the status of each
-// breaker follows when they are done. Only a write that loses nothing by
+// deferReport reports whether b's status write waits because more breakers
+// are queued for decisions than the workers serve at once: in a storm
+// (every webhook failing at once) the writes that open and close circuits go
+// first, and the status of each breaker follows when they are done. Only a write that loses nothing by
 // waiting is deferred: the circuit's truth is its record on the
 // configuration, written already, and the status mirrors it later (with the
 // record's times, and a close's reason kept in memory); a decision that
