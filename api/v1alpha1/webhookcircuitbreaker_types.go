@@ -366,8 +366,11 @@ type OpenWindow struct {
 	Audit *AuditResult `json:"audit,omitempty"`
 }
 
-// ProbeStatus is the prober's recent view of the webhook. Counts saturate at
-// their thresholds so that a steady state does not rewrite the status.
+// ProbeStatus is the prober's view of the webhook as of the last status
+// write: the status is written when a probe changes something shown here
+// (a verdict reached or left, the webhook becoming unprobeable, the endpoint
+// counts, lateness), not on every probe. Counts saturate at their
+// thresholds so that a steady state does not rewrite the status.
 type ProbeStatus struct {
 	// ConsecutiveFailures counts failed probes in a row, up to failureThreshold:
 	// it stops there (the decision is made) and stays at the threshold for the
