@@ -600,8 +600,8 @@ func requests(addr string) map[string]float64 {
 }
 
 // storm reads the counters that say where a storm's time went: the
-// controller's API requests by method and their total latency, and the
-// reconcile queue's wait and work.
+// controller's API requests by method (controller-runtime exports no
+// request latency), and the reconcile queue's wait and work.
 func storm(addr string) map[string]float64 {
 	out := map[string]float64{}
 	scrapeMetrics(addr, func(line string) {
@@ -610,7 +610,7 @@ func storm(addr string) map[string]float64 {
 			return
 		}
 		switch name {
-		case "rest_client_requests_total", "rest_client_request_duration_seconds_sum", "rest_client_request_duration_seconds_count":
+		case "rest_client_requests_total":
 		case "workqueue_queue_duration_seconds_sum", "workqueue_queue_duration_seconds_count",
 			"workqueue_work_duration_seconds_sum", "workqueue_work_duration_seconds_count":
 			if !strings.Contains(rest, `name="webhookcircuitbreaker"`) {
@@ -625,25 +625,19 @@ func storm(addr string) map[string]float64 {
 		if m := strings.Index(rest, `method="`); m >= 0 {
 			key += " " + strings.SplitN(rest[m+len(`method="`):], `"`, 2)[0]
 		}
-		if m := strings.Index(rest, `verb="`); m >= 0 {
-			key += " " + strings.SplitN(rest[m+len(`verb="`):], `"`, 2)[0]
-		}
 		out[key] += v
 	})
 	return out
 }
 
-// printStorm prints what a phase of the storm cost: requests by method and
-// their mean latency, reconciles and their mean queue wait and work.
+// printStorm prints what a phase of the storm cost: requests by method,
+// reconciles and their mean queue wait and work.
 func printStorm(phase string, a, b map[string]float64) {
 	d := func(k string) float64 { return b[k] - a[k] }
 	fmt.Printf("  %s:", phase)
 	for _, m := range []string{"GET", "LIST", "PATCH", "PUT", "POST", "DELETE"} {
 		if n := d("rest_client_requests_total " + m); n > 0 {
 			fmt.Printf(" %s %.0f", m, n)
-			if c := d("rest_client_request_duration_seconds_count " + m); c > 0 {
-				fmt.Printf(" (mean %.0f ms)", 1000*d("rest_client_request_duration_seconds_sum "+m)/c)
-			}
 		}
 	}
 	if c := d("workqueue_work_duration_seconds_count"); c > 0 {
