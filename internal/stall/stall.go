@@ -1,0 +1,167 @@
+// Package stall measures how long this process could not run: paused
+// (SIGSTOP), throttled by its cgroup's CPU quota (what a Kubernetes CPU
+// limit is), or waiting for a CPU on a busy node. A probe that timed out
+// while the controller itself could not run says nothing about the webhook
+// it probed; the probe monitor asks a Watch before it counts one.
+//
+// The measure is a heartbeat: a goroutine that wakes every Period on the
+// monotonic clock and records every wake-up that came late. A process that
+// is not scheduled wakes late by as long as it was not; a healthy one wakes
+// within a fraction of a millisecond. Where the process's cgroup exposes
+// cpu.stat (v1 or v2), its throttling counters are read beside the
+// heartbeat, so a report can say which of the two it was.
+package stall
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// DefaultPeriod is how often the heartbeat wakes: fine enough to see a
+// 100 ms CFS period's throttling, cheap enough (a timer wake-up) to cost
+// nothing measurable.
+const DefaultPeriod = 10 * time.Millisecond
+
+// slack is how late a wake-up may be before it counts as a stall: timer
+// granularity and an ordinary scheduling delay are not one.
+const slack = 2 * time.Millisecond
+
+// keep bounds the stalls remembered: at one stall per period, the last
+// ~40 s at the default period, far more than the longest probe timeout.
+const keep = 4096
+
+// Watch is a heartbeat. The zero value is not ready: use New.
+type Watch struct {
+	period time.Duration
+	// cpuStat is the cpu.stat to read: "" finds the process's own cgroup's
+	// at each read (a process moved into a cgroup after it started, as a
+	// harness does, reads the new one), "-" none.
+	cpuStat string
+
+	mu       sync.Mutex
+	lastBeat time.Time // monotonic; zero until the heartbeat runs
+	ring     [keep]interval
+	next     int   // ring index of the next stall
+	n        int   // stalls in the ring
+	total    int64 // nanoseconds stalled since Start
+	started  bool
+}
+
+type interval struct{ from, to time.Time }
+
+// Options configure New.
+type Options struct {
+	// Period is the heartbeat's; zero means DefaultPeriod.
+	Period time.Duration
+	// CPUStat is the cgroup cpu.stat file to read; empty means the process's
+	// own cgroup's (v2, else v1 cpu,cpuacct); "-" means none.
+	CPUStat string
+}
+
+// New returns a Watch that measures once Start runs.
+func New(opts Options) *Watch {
+	if opts.Period <= 0 {
+		opts.Period = DefaultPeriod
+	}
+	return &Watch{period: opts.Period, cpuStat: opts.CPUStat}
+}
+
+// Start runs the heartbeat until ctx ends.
+func (w *Watch) Start(ctx context.Context) error {
+	t := time.NewTicker(w.period)
+	defer t.Stop()
+	w.mu.Lock()
+	w.lastBeat = time.Now()
+	w.started = true
+	w.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := time.Now()
+		w.mu.Lock()
+		// A ticker drops the ticks it could not deliver, so a late wake-up
+		// shows as a gap longer than the period.
+		if late := now.Sub(w.lastBeat) - w.period; late > slack {
+			w.ring[w.next] = interval{from: now.Add(-late), to: now}
+			w.next = (w.next + 1) % keep
+			w.n = min(w.n+1, keep)
+			w.total += int64(late)
+		}
+		w.lastBeat = now
+		w.mu.Unlock()
+	}
+}
+
+// NeedLeaderElection: the heartbeat runs on every replica (it costs a timer).
+func (w *Watch) NeedLeaderElection() bool { return false }
+
+// Stalled reports how much of [from, to] this process could not run, as
+// the heartbeat saw it, including a stall still in progress (the heartbeat
+// itself has not run since). Zero before Start, and on a nil Watch.
+func (w *Watch) Stalled(from, to time.Time) time.Duration {
+	if w == nil || !to.After(from) {
+		return 0
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started {
+		return 0
+	}
+	var sum time.Duration
+	for i := range w.n {
+		iv := w.ring[(w.next-1-i+keep)%keep]
+		if !iv.to.After(from) {
+			break // the ring is in time order: older ones end earlier still
+		}
+		sum += overlap(iv, from, to)
+	}
+	if late := now.Sub(w.lastBeat) - w.period; late > slack {
+		sum += overlap(interval{from: now.Add(-late), to: now}, from, to)
+	}
+	return min(sum, to.Sub(from))
+}
+
+// Total is how long the process was stalled since Start, in all.
+func (w *Watch) Total() time.Duration {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Duration(w.total)
+}
+
+// Throttling reads the cgroup's CPU throttling counters (a file read: for
+// reports and metrics, not for every probe); ok is false where
+// no cpu.stat is readable (no cgroup CPU controller, or no quota set).
+func (w *Watch) Throttling() (t Throttling, ok bool) {
+	if w == nil || w.cpuStat == "-" {
+		return Throttling{}, false
+	}
+	c := &cgroupCPU{path: w.cpuStat}
+	if w.cpuStat == "" {
+		if c = findCgroupCPU(); c == nil {
+			return Throttling{}, false
+		}
+	}
+	return c.read()
+}
+
+func overlap(iv interval, from, to time.Time) time.Duration {
+	start, end := iv.from, iv.to
+	if start.Before(from) {
+		start = from
+	}
+	if end.After(to) {
+		end = to
+	}
+	if !end.After(start) {
+		return 0
+	}
+	return end.Sub(start)
+}
