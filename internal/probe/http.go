@@ -11,9 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +53,9 @@ type HTTPProber struct {
 	// a request, not a TCP and TLS handshake.
 	transports sync.Map // transportKey -> *destination
 	entries    atomic.Int64
+	// handshakes holds a token per connection being opened (maxHandshakes).
+	handshakes     chan struct{}
+	handshakesOnce sync.Once
 	// pools caches each caBundle's parsed certificates by its hash.
 	pools       sync.Map // [sha256.Size]byte -> *x509.CertPool (nil: no PEM certificate)
 	poolEntries atomic.Int64
@@ -162,13 +167,16 @@ func (p *HTTPProber) dial() func(ctx context.Context, network, addr string) (net
 //
 // A probe that times out does not cancel its request: the request keeps its
 // connection until it is answered or holdTimeout passes, and a later probe
-// of the same destination waits for it (within its own timeout) instead of
-// opening another. Cancelling would close the connection (HTTP/1.1 cannot
-// abandon a request and keep its connection), so every probe of a slow
-// webhook would pay a TCP and TLS handshake and leave a closing connection
-// behind. So a destination holds at most one connection and one request in
-// flight, however long it hangs and at whatever stage. Only a cancelled
-// probe (the monitor stopped) cancels its request.
+// of the same destination sends on the destination's second connection, or
+// waits for either (within its own timeout), instead of opening more.
+// Cancelling would close the connection (HTTP/1.1 cannot abandon a request
+// and keep its connection), so every probe of a slow webhook would pay a
+// TCP and TLS handshake and leave a closing connection behind. So a
+// destination holds at most two connections and two requests in flight,
+// however long it hangs and at whatever stage. Two, not one: a single slow
+// answer among fast ones must not make the probes behind it fail without
+// ever reaching the webhook (see blocked). Only a cancelled probe (the
+// monitor stopped) cancels its request.
 func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result {
 	// The monitor's context already ends at the timeout: no second timer.
 	if dl, ok := ctx.Deadline(); t.Timeout > 0 && (!ok || time.Until(dl) > t.Timeout) {
@@ -181,12 +189,10 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	case d.slot <- struct{}{}:
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Result{Status: Unhealthy, Reason: fmt.Sprintf("timeout after %s (the previous probe's request, sent %s ago, is still unanswered)",
-				t.Timeout, time.Since(time.Unix(0, d.since.Load())).Round(time.Millisecond))}
+			return d.blocked(t.Timeout, overrun(ctx))
 		}
 		return classify(ctx, ctx.Err(), t.Timeout)
 	}
-	d.since.Store(time.Now().UnixNano())
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), holdTimeout)
 	stopWatch := context.AfterFunc(ctx, func() {
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -200,6 +206,10 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 		<-d.slot
 		return Result{Status: Unknown, Reason: err.Error()}
 	}
+	held := d.hold(rcancel)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { held.gotConn.Store(true) },
+	}))
 	type answer struct {
 		code int
 		body []byte
@@ -208,6 +218,7 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	answered := make(chan answer, 1)
 	go func() {
 		defer func() { <-d.slot }()
+		defer d.release(held)
 		defer rcancel()
 		defer stopWatch()
 		resp, err := d.client.Do(req)
@@ -227,12 +238,24 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 			a.err = ctx.Err()
 		}
 		if a.err != nil {
-			return classify(ctx, a.err, t.Timeout)
+			return d.paced(held, classify(ctx, a.err, t.Timeout))
 		}
 		return judge(t, uid, a.code, a.body)
 	case <-ctx.Done():
-		return classify(ctx, ctx.Err(), t.Timeout)
+		r := classify(ctx, ctx.Err(), t.Timeout)
+		r.Overrun = overrun(ctx)
+		return d.paced(held, r)
 	}
+}
+
+// overrun is how long after ctx's deadline it is now: how late the goroutine
+// that waited for the deadline ran.
+func overrun(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Since(dl), 0)
 }
 
 // holdTimeout bounds how long a request may keep its destination after its
@@ -240,16 +263,96 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 // dials again. Like connectTimeout, the longest probe timeout the API allows.
 const holdTimeout = connectTimeout
 
-// destination is one probe destination's transport and its single request
-// slot.
+// slots is how many requests (and connections) one destination may have in
+// flight.
+const slots = 2
+
+// destination is one probe destination's transport and its request slots.
 type destination struct {
 	client *http.Client
 	t      *http.Transport
-	// slot holds a token while a request is in flight.
+	// slot holds a token per request in flight.
 	slot chan struct{}
-	// since is when the request in flight was sent, in Unix nanoseconds.
-	since atomic.Int64
+	// dialing counts this destination's dials waiting for the prober's
+	// handshake limit.
+	dialing atomic.Int32
+
+	mu     sync.Mutex
+	flight []*inflight // the requests in flight, oldest first
 }
+
+// inflight is one request in flight.
+type inflight struct {
+	since  time.Time
+	cancel context.CancelFunc
+	// recounted: a probe that found every slot taken already counted this
+	// request's silence once.
+	recounted bool
+	// gotConn: the request has a connection (it was sent, or is being).
+	gotConn atomic.Bool
+}
+
+func (d *destination) hold(cancel context.CancelFunc) *inflight {
+	f := &inflight{since: time.Now(), cancel: cancel}
+	d.mu.Lock()
+	d.flight = append(d.flight, f)
+	d.mu.Unlock()
+	return f
+}
+
+func (d *destination) release(f *inflight) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, g := range d.flight {
+		if g == f {
+			d.flight = append(d.flight[:i], d.flight[i+1:]...)
+			return
+		}
+	}
+}
+
+// blocked judges a probe that found every slot taken for its whole timeout:
+// it never reached the webhook. The oldest request it waited behind counts
+// once more, as the one slow request it is (a webhook that hangs is then
+// judged as fast as when each probe sent its own request); a second probe
+// blocked behind it counts nothing and abandons it, closing its connection,
+// so that the next probe reaches the webhook on a fresh one. One slow
+// answer among fast ones therefore costs at most two failed probes, never
+// a run of them.
+func (d *destination) blocked(timeout, late time.Duration) Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.flight) == 0 { // answered just now
+		return Result{Status: Discarded, Discard: DiscardBlocked, Overrun: late,
+			Reason: fmt.Sprintf("did not reach the webhook: waited %s for a connection that freed too late", timeout)}
+	}
+	oldest := d.flight[0]
+	age := time.Since(oldest.since).Round(time.Millisecond)
+	if !oldest.recounted {
+		oldest.recounted = true
+		return Result{Status: Unhealthy, TimedOut: true, Overrun: late,
+			Reason: fmt.Sprintf("timeout after %s (the previous probes' requests are still unanswered, the oldest sent %s ago)", timeout, age)}
+	}
+	oldest.cancel()
+	return Result{Status: Discarded, Discard: DiscardBlocked, Overrun: late,
+		Reason: fmt.Sprintf("did not reach the webhook: its connections are held by unanswered requests (the oldest, sent %s ago and counted already, is abandoned so the next probe connects afresh)", age)}
+}
+
+// paced discards a timeout of a request that never got a connection while
+// the destination's dial waited for the prober's own handshake limit.
+func (d *destination) paced(f *inflight, r Result) Result {
+	if r.TimedOut && !f.gotConn.Load() && d.dialing.Load() > 0 {
+		r.Status, r.Discard = Discarded, DiscardPaced
+		r.Reason = fmt.Sprintf("did not reach the webhook within %s: its connection waited for the controller's limit of %d handshakes at once", strings.TrimPrefix(r.Reason, "timeout after "), maxHandshakes)
+	}
+	return r
+}
+
+// maxHandshakes bounds the connections (TCP and TLS) the prober opens at
+// once. A start or a failover opens every destination's connection in the
+// same second; unbounded, a CPU-limited controller spends its quota on
+// hundreds of handshakes at once and times out its own probes.
+const maxHandshakes = 8
 
 // pool returns the certificate pool of a caBundle, parsed once per bundle
 // (a steady probe would otherwise parse it every time), or nil when it holds
@@ -286,23 +389,24 @@ func (p *HTTPProber) destination(ep endpoint) *destination {
 			return p.dial()(ctx, network, ep.dialAddr)
 		}
 	}
+	d := &destination{slot: make(chan struct{}, slots)}
+	tlsConfig := &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12}
 	t := &http.Transport{
-		DialContext:         dial,
-		TLSClientConfig:     &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12},
+		// TCP and TLS within the prober's handshake limit; the transport
+		// runs the dial in the background, detached from the probe.
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.handshake(ctx, d, dial, tlsConfig, network, addr)
+		},
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
 		Proxy:               nil,
-		MaxIdleConnsPerHost: 1,
-		// One connection per destination, dialing or open (with the request
-		// slot, one request at a time uses it).
-		MaxConnsPerHost:     1,
-		TLSHandshakeTimeout: connectTimeout,
-		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: slots,
+		// At most slots connections per destination, dialing or open (with
+		// the request slots, one request at a time uses each).
+		MaxConnsPerHost: slots,
+		IdleConnTimeout: 90 * time.Second,
 	}
-	d := &destination{
-		t:      t,
-		client: &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		slot:   make(chan struct{}, 1),
-	}
+	d.t = t
+	d.client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if p.entries.Add(1) > maxTransports {
 		p.transports.Range(func(k, v any) bool {
 			v.(*destination).t.CloseIdleConnections()
@@ -316,6 +420,33 @@ func (p *HTTPProber) destination(ep endpoint) *destination {
 		p.entries.Add(-1)
 	}
 	return actual.(*destination)
+}
+
+// handshake opens one TLS connection for d within the prober's limit of
+// handshakes at once, bounded by connectTimeout.
+func (p *HTTPProber) handshake(ctx context.Context, d *destination, dial func(context.Context, string, string) (net.Conn, error), cfg *tls.Config, network, addr string) (net.Conn, error) {
+	p.handshakesOnce.Do(func() { p.handshakes = make(chan struct{}, maxHandshakes) })
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	d.dialing.Add(1)
+	select {
+	case p.handshakes <- struct{}{}:
+		d.dialing.Add(-1)
+	case <-ctx.Done():
+		d.dialing.Add(-1)
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.handshakes }()
+	raw, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, cfg)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 func (p *HTTPProber) resolve(t Target) (endpoint, error) {
@@ -454,7 +585,7 @@ func classify(ctx context.Context, err error, timeout time.Duration) Result {
 	)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || ctx.Err() != nil:
-		return Result{Status: Unhealthy, Reason: "timeout after " + timeout.String()}
+		return Result{Status: Unhealthy, TimedOut: true, Reason: "timeout after " + timeout.String()}
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		return Result{Status: Unknown, Reason: "host " + dnsErr.Name + " does not resolve from tripswitch (missing service?)"}
 	case errors.Is(err, syscall.ECONNREFUSED):

@@ -390,9 +390,12 @@ func TestHungHandshakeCostsBoundedConnections(t *testing.T) {
 	p := &probe.HTTPProber{}
 	before := runtime.NumGoroutine()
 	const probes = 40
-	for range probes {
-		if r := p.Probe(t.Context(), tgt); r.Status != probe.Unhealthy {
-			t.Fatalf("a hung handshake: %s %q, want Unhealthy", r.Status, r.Reason)
+	for i := range probes {
+		r := p.Probe(t.Context(), tgt)
+		// The first three fail as they always did, so the circuit opens as
+		// soon; later ones may find both connections held and count nothing.
+		if r.Status != probe.Unhealthy && (i < 3 || r.Status != probe.Discarded) {
+			t.Fatalf("a hung handshake, probe %d: %s %q, want Unhealthy (or Discarded after the third)", i+1, r.Status, r.Reason)
 		}
 	}
 	if n := accepted.Load(); n > 2 {
@@ -428,14 +431,18 @@ func countingServer(t *testing.T, handler http.Handler) (*server, *atomic.Int64)
 	return &server{ca: ca, port: ln.Addr().(*net.TCPAddr).Port, addr: ln.Addr().String()}, &handshakes
 }
 
-// TestHangAtAnyStageCostsOneConnection: a webhook that completes TLS and
-// then never sends headers, one that sends headers and never finishes the
-// body, and one that answers correctly but too late: each costs one
-// connection and a constant number of goroutines however many probes time
-// out on it (a timed-out probe leaves its request on the connection rather
-// than closing it and dialing the next), and a slow webhook that recovers
-// answers the next probe on that same connection, with no new handshake.
-func TestHangAtAnyStageCostsOneConnection(t *testing.T) {
+// TestHangAtAnyStageCostsBoundedConnections: a webhook that completes TLS
+// and then never sends headers, one that sends headers and never finishes
+// the body, and one that answers correctly but too late: each costs at most
+// two connections at a time and a constant number of goroutines however
+// many probes time out on it (a timed-out probe leaves its request on its
+// connection rather than closing it; a probe that finds both connections
+// held counts the oldest request's silence once, and the next abandons it
+// so that probes keep reaching the webhook). The first three probes fail,
+// so a hung webhook opens its circuit as soon as when each probe had its
+// own connection; none is ever Healthy. A slow webhook that recovers
+// answers on the connections kept.
+func TestHangAtAnyStageCostsBoundedConnections(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	var slow atomic.Bool
@@ -470,34 +477,44 @@ func TestHangAtAnyStageCostsOneConnection(t *testing.T) {
 			tgt := urlTarget(srv, "/healthz")
 			tgt.Timeout = 50 * time.Millisecond
 			p := &probe.HTTPProber{}
+			failed := 0
 			probeN := func(n int) {
 				for range n {
-					if r := p.Probe(t.Context(), tgt); r.Status != probe.Unhealthy || !strings.Contains(r.Reason, "timeout") {
-						t.Fatalf("%s: %s %q, want an Unhealthy timeout", name, r.Status, r.Reason)
+					r := p.Probe(t.Context(), tgt)
+					switch {
+					case r.Status == probe.Unhealthy && strings.Contains(r.Reason, "timeout"):
+						failed++
+					case r.Status == probe.Discarded && r.Discard == probe.DiscardBlocked && failed >= 3:
+					default:
+						t.Fatalf("%s, after %d failures: %s %q, want an Unhealthy timeout (or a blocked probe after the third)", name, failed, r.Status, r.Reason)
 					}
 				}
 			}
 			probeN(10)
 			settled := runtime.NumGoroutine()
 			probeN(40)
-			if grown := runtime.NumGoroutine() - settled; grown > 3 {
+			if grown := runtime.NumGoroutine() - settled; grown > 6 {
 				t.Errorf("40 more timed-out probes left %d more goroutines", grown)
 			}
-			if n := handshakes.Load(); n != 1 {
-				t.Errorf("50 timed-out probes made %d TLS handshakes, want 1", n)
+			if failed < 50/2 {
+				t.Errorf("%d of 50 probes of a hung webhook failed; want most of them to reach it", failed)
+			}
+			if n, most := handshakes.Load(), int64(2+50/2); n > most {
+				t.Errorf("50 timed-out probes made %d TLS handshakes, want at most %d", n, most)
 			}
 			if name != "answers too late" {
 				return
 			}
 			slow.Store(false)
+			before := handshakes.Load()
 			deadline := time.Now().Add(10 * time.Second)
 			for r := p.Probe(t.Context(), tgt); r.Status != probe.Healthy; r = p.Probe(t.Context(), tgt) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the recovered webhook is still %s: %q", r.Status, r.Reason)
 				}
 			}
-			if n := handshakes.Load(); n != 1 {
-				t.Errorf("recovery took %d handshakes, want the one kept connection", n)
+			if n := handshakes.Load() - before; n > 2 {
+				t.Errorf("recovery took %d new handshakes, want the kept connections", n)
 			}
 		})
 	}

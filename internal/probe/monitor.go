@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -46,8 +47,35 @@ type Observation struct {
 	// CPU): every loop's ticks are stretched alike, circuits still open and
 	// close, only later. It clears after lateRun probes on time.
 	Late bool
+	// Starved: a probe timed out while the controller could not run for a
+	// large part of it, within the last starvedHold. Such timeouts are
+	// discarded, so while starved the circuit opens only on explicit
+	// failures (refused, reset, TLS, 5xx) or the API server signal.
+	Starved bool
 	// late and onTime count consecutive late and punctual probes.
 	late, onTime int
+	// starvedAt is when the last probe was discarded as starved.
+	starvedAt time.Time
+}
+
+// starvedHold is how long Starved holds after the last starved probe: the
+// report changes at most once a minute or so, not with every probe.
+const starvedHold = time.Minute
+
+// starvedShare: a timeout is discarded when the controller could not run
+// for at least this share of the probe's timeout. A healthy controller
+// loses well under a millisecond to a garbage collection; a CPU-throttled
+// one loses most of each 100 ms period once its quota is spent.
+const starvedShare = 4
+
+// minStarved is the least stall that discards a timeout, whatever the
+// timeout: below it, scheduling noise.
+const minStarved = 20 * time.Millisecond
+
+// StallMeter says how long the process could not run in a span of time;
+// *stall.Watch implements it.
+type StallMeter interface {
+	Stalled(from, to time.Time) time.Duration
 }
 
 // lateRun is how many consecutive late (or punctual) probes change Late: a
@@ -63,6 +91,11 @@ type Monitor struct {
 	prober Prober
 	notify func(key string, r Result, c Change)
 	clock  clock.WithTicker
+
+	// Stalls, if set before Start, judges every timeout: one during which
+	// the controller could not run for a quarter of the probe's timeout is
+	// Discarded (see Observation.Starved).
+	Stalls StallMeter
 
 	mu    sync.Mutex
 	ctx   context.Context // nil until Start
@@ -177,8 +210,10 @@ func (m *Monitor) run(key string, l *loop) {
 }
 
 func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval time.Duration) {
-	// Jitter the first probe so breakers created together do not probe in lockstep.
-	if !m.sleep(ctx, time.Duration(rand.Int64N(int64(interval)/4+1))) {
+	// Spread the first probes over an interval: breakers created together,
+	// or all of them after a start or a failover, would otherwise probe in
+	// lockstep, and all open their connections at once.
+	if !m.sleep(ctx, time.Duration(rand.Int64N(int64(interval)+1))) {
 		return
 	}
 	ticker := m.clock.NewTicker(interval)
@@ -199,8 +234,10 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 			lag = max(start.Sub(prevStart)-interval, 0)
 		}
 		prevStart = start
+		wallStart := time.Now() // the stall meter's clock, whatever m.clock is
 		r := m.prober.Probe(pctx, s.Target)
 		cancel()
+		r = m.judgeStall(r, wallStart, time.Now(), s.Target.Timeout)
 		if r.Latency == 0 {
 			r.Latency = m.clock.Since(start)
 		}
@@ -215,6 +252,7 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		prev := l.obs
 		l.obs = observe(l.obs, r, s)
 		l.obs = lateness(l.obs, r.Lag, interval)
+		l.obs = starvation(l.obs, r, m.clock.Now())
 		change := Compare(prev, l.obs)
 		m.mu.Unlock()
 		m.notify(key, r, change)
@@ -235,6 +273,35 @@ func (m *Monitor) sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C():
 		return true
 	}
+}
+
+// judgeStall discards a timeout the controller caused: it could not run for
+// a large part of the probe (see starvedShare), or its own goroutine ran
+// that late after the deadline.
+func (m *Monitor) judgeStall(r Result, from, to time.Time, timeout time.Duration) Result {
+	if r.Status != Unhealthy || !r.TimedOut {
+		return r
+	}
+	lost := r.Overrun
+	if m.Stalls != nil {
+		lost = max(lost, m.Stalls.Stalled(from, to))
+	}
+	if lost < max(timeout/starvedShare, minStarved) {
+		return r
+	}
+	r.Status, r.Discard = Discarded, DiscardStarved
+	r.Reason = fmt.Sprintf("%s, but the controller could not run for %s of it (CPU-throttled, paused or starved): not counted",
+		r.Reason, lost.Round(time.Millisecond))
+	return r
+}
+
+// starvation folds one result into an observation's Starved.
+func starvation(o Observation, r Result, now time.Time) Observation {
+	if r.Discard == DiscardStarved {
+		o.starvedAt = now
+	}
+	o.Starved = !o.starvedAt.IsZero() && now.Sub(o.starvedAt) < starvedHold
+	return o
 }
 
 // lateness folds one probe's lag into an observation's Late.
@@ -263,6 +330,8 @@ func observe(o Observation, r Result, s Settings) Observation {
 	case Unhealthy:
 		o.ConsecutiveSuccesses = 0
 		o.ConsecutiveFailures = min(o.ConsecutiveFailures+1, s.FailureThreshold)
+	case Discarded:
+		// Neither evidence of health nor of its absence: the counts stand.
 	default:
 		// Unknown says nothing about health in either direction.
 		o.ConsecutiveFailures, o.ConsecutiveSuccesses = 0, 0
@@ -322,7 +391,7 @@ func Compare(prev, next Observation) Change {
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
 	if pv != nv || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
-		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late {
+		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late || prev.Starved != next.Starved {
 		return ReportChange
 	}
 	return NoChange

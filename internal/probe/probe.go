@@ -23,6 +23,27 @@ const (
 	Unhealthy Status = "Unhealthy"
 	// Unknown: the probe could not be made (bad or unsupported configuration).
 	Unknown Status = "Unknown"
+	// Discarded: the probe says nothing about the webhook, in either
+	// direction: it never reached it (Discard says why), or it timed out
+	// while the controller itself could not run. It changes no count.
+	Discarded Status = "Discarded"
+)
+
+// Discard is why a probe was Discarded.
+type Discard string
+
+// Why probes are discarded.
+const (
+	// DiscardStarved: the probe timed out while the controller could not
+	// run for a large part of it (paused, CPU-throttled, starved of CPU):
+	// the controller, not the webhook, was slow.
+	DiscardStarved Discard = "Starved"
+	// DiscardBlocked: every connection to the destination is held by an
+	// earlier probe's unanswered request, which has been counted already.
+	DiscardBlocked Discard = "Blocked"
+	// DiscardPaced: the probe waited for the controller's own limit on
+	// connections opened at once (a start or failover opens them all).
+	DiscardPaced Discard = "Paced"
 )
 
 // Result is one probe's outcome.
@@ -38,6 +59,13 @@ type Result struct {
 	// probe started (set by the Monitor): a machine too busy for its
 	// breakers starts every probe late.
 	Lag time.Duration
+	// TimedOut: the probe ran out of time (Status Unhealthy): evidence only
+	// if the controller could run meanwhile (see Monitor.Stalls).
+	TimedOut bool
+	// Overrun is how late after its deadline the probe's own goroutine ran.
+	Overrun time.Duration
+	// Discard says why a Discarded probe was.
+	Discard Discard
 }
 
 // Target is everything a probe needs to reach one webhook.

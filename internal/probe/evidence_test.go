@@ -1,0 +1,137 @@
+package probe_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/stall"
+)
+
+// timeouts is a prober whose every probe times out, or is refused.
+type timeouts struct{ refused atomic.Bool }
+
+func (p *timeouts) Probe(context.Context, probe.Target) probe.Result {
+	if p.refused.Load() {
+		return probe.Result{Status: probe.Unhealthy, Reason: "connection refused"}
+	}
+	return probe.Result{Status: probe.Unhealthy, TimedOut: true, Reason: "timeout after 250ms"}
+}
+
+// stalls is a StallMeter that reports what the test sets.
+type stalls struct{ d atomic.Int64 }
+
+func (s *stalls) Stalled(time.Time, time.Time) time.Duration { return time.Duration(s.d.Load()) }
+
+// TestStarvedTimeoutsAreDiscarded: a timeout during which the controller
+// could not run for a quarter of the probe's timeout or more is no
+// evidence: Discarded, the counts stand, the observation says Starved.
+// Timeouts while it ran count; explicit failures count even while it is
+// starved; Starved clears a minute after the last starved probe.
+func TestStarvedTimeoutsAreDiscarded(t *testing.T) {
+	p := &timeouts{}
+	h := start(t, p)
+	meter := &stalls{}
+	h.mon.Stalls = meter
+	meter.d.Store(int64(200 * time.Millisecond)) // of a 250 ms timeout
+	h.mon.Ensure("b", settings)
+	for range 5 {
+		h.tick("b", time.Second)
+	}
+	o, _ := h.mon.Observe("b")
+	if o.ConsecutiveFailures != 0 || o.Verdict != probe.VerdictPending || !o.Starved {
+		t.Fatalf("5 starved timeouts: %d failures, verdict %s, starved %v; want 0, Pending, true", o.ConsecutiveFailures, o.Verdict, o.Starved)
+	}
+	if o.Last.Status != probe.Discarded || o.Last.Discard != probe.DiscardStarved {
+		t.Fatalf("a starved timeout reported as %s/%s %q, want Discarded/Starved", o.Last.Status, o.Last.Discard, o.Last.Reason)
+	}
+	p.refused.Store(true)
+	for o, _ = h.mon.Observe("b"); o.ConsecutiveFailures < 3; o, _ = h.mon.Observe("b") {
+		h.tick("b", time.Second)
+	}
+	if o.Verdict != probe.VerdictUnhealthy || !o.Starved {
+		t.Fatalf("refused while starved: verdict %s, starved %v; want Unhealthy, still starved", o.Verdict, o.Starved)
+	}
+	p.refused.Store(false)
+	meter.d.Store(int64(30 * time.Millisecond)) // under a quarter of 250 ms
+	h.tick("b", time.Second)
+	if o, _ = h.mon.Observe("b"); o.Last.Status != probe.Unhealthy || o.ConsecutiveFailures != 3 {
+		t.Fatalf("a timeout with 30 ms stalled: %s, %d failures; want it counted", o.Last.Status, o.ConsecutiveFailures)
+	}
+	h.tick("b", time.Minute)
+	if o, _ = h.mon.Observe("b"); o.Starved {
+		t.Fatalf("a minute after the last starved probe: still starved")
+	}
+}
+
+// slowOnce answers every request at once except the n-th, which takes d.
+func slowOnce(n int64, d time.Duration) (http.Handler, *atomic.Int64) {
+	var count atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if count.Add(1) == n {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}), &count
+}
+
+// watchVerdicts runs a real-clock monitor of srv (interval, timeout 150
+// ms, 3 failures open) with a real stall meter for d, and returns the worst
+// count of consecutive failures and whether the verdict was ever Unhealthy.
+func watchVerdicts(t *testing.T, tgt probe.Target, interval, d time.Duration) (worst int32, unhealthy bool) {
+	t.Helper()
+	var mu sync.Mutex
+	var mon *probe.Monitor
+	mon = probe.NewMonitor(&probe.HTTPProber{}, clock.RealClock{}, func(key string, _ probe.Result, _ probe.Change) {
+		o, _ := mon.Observe(key)
+		mu.Lock()
+		worst = max(worst, o.ConsecutiveFailures)
+		unhealthy = unhealthy || o.Verdict == probe.VerdictUnhealthy
+		mu.Unlock()
+	})
+	w := stall.New(stall.Options{CPUStat: "-"})
+	mon.Stalls = w
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	go func() { _ = w.Start(ctx) }()
+	tgt.Timeout = 150 * time.Millisecond
+	mon.Ensure("b", probe.Settings{Target: tgt, Interval: interval, FailureThreshold: 3, SuccessThreshold: 1})
+	_ = mon.Start(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	return worst, unhealthy
+}
+
+// TestOneSlowAnswerDoesNotOpen: a webhook that answers every probe at once
+// but one, which takes more than three intervals, is never judged
+// Unhealthy: the probes after the slow one reach the webhook on a second
+// connection instead of failing behind it. A webhook that hangs every
+// request is judged Unhealthy as before. Real clock, real server.
+func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	h, count := slowOnce(2, 1200*time.Millisecond)
+	srv, _ := countingServer(t, h)
+	if worst, unhealthy := watchVerdicts(t, urlTarget(srv, "/healthz"), interval, 3*time.Second); unhealthy || worst > 1 {
+		t.Errorf("one 1.2 s answer among fast ones (%d requests): %d consecutive failures, Unhealthy %v; want at most 1, never Unhealthy", count.Load(), worst, unhealthy)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hung, _ := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	if _, unhealthy := watchVerdicts(t, urlTarget(hung, "/healthz"), interval, 3*time.Second); !unhealthy {
+		t.Errorf("a webhook that hangs every request was never judged Unhealthy")
+	}
+}
