@@ -54,6 +54,8 @@ const (
 	ReasonProbeSupported     = "ProbeSupported"
 	ReasonProbesLate         = "ProbesLate"
 	ReasonProbesOnTime       = "ProbesOnTime"
+	ReasonControllerStarved  = "ControllerStarved"
+	ReasonControllerRuns     = "ControllerRuns"
 	ReasonNotApproved        = "NotApproved"
 	ReasonSignalReading      = "Reading"
 	ReasonSignalUnreadable   = "Unreadable"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/stall"
 )
 
 // Metrics are the controller's Prometheus metrics, labelled by breaker name
@@ -22,6 +23,7 @@ type Metrics struct {
 	probeLag    *prometheus.GaugeVec
 	audit       *prometheus.GaugeVec
 	deferred    prometheus.Counter
+	discarded   *prometheus.CounterVec
 
 	// probeSeries caches each breaker's per-probe series (breaker name ->
 	// *probeSeries): a thousand probes a second look none up by label.
@@ -51,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_patch_conflicts_total", Help: "Patches rejected because the webhook configuration changed since it was read.",
 		}, []string{"breaker"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tripswitch_probe_results_total", Help: "Probe results by status (Healthy, Unhealthy, Unknown).",
+			Name: "tripswitch_probe_results_total", Help: "Probe results by status (Healthy, Unhealthy, Unknown, Discarded).",
 		}, []string{"breaker", "result"}),
 		probeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tripswitch_probe_duration_seconds", Help: "Probe latency.",
@@ -63,14 +65,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		audit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_audit_objects", Help: "Objects admitted during the breaker's last audited open window, by the recovered webhook's verdict (Objected, WouldMutate, NoObjection, NotChecked, NotReviewed).",
 		}, []string{"breaker", "verdict"}),
+		discarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_probes_discarded_total", Help: "Probes counted as no evidence, by why: Starved (timed out while the controller could not run), Blocked (never reached the webhook: its connections were held by unanswered requests), Paced (waited for the controller's own limit on handshakes at once).",
+		}, []string{"reason"}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred} {
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, d := range []probe.Discard{probe.DiscardStarved, probe.DiscardBlocked, probe.DiscardPaced} {
+		m.discarded.WithLabelValues(string(d))
 	}
 	return m, nil
 }
@@ -83,7 +91,7 @@ func (m *Metrics) ObserveProbe(breaker string, r probe.Result) {
 	v, ok := m.probeSeries.Load(breaker)
 	if !ok {
 		ps := &probeSeries{results: map[probe.Status]prometheus.Counter{}, duration: m.probeTime.WithLabelValues(breaker), lag: m.probeLag.WithLabelValues(breaker)}
-		for _, st := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown} {
+		for _, st := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown, probe.Discarded} {
 			ps.results[st] = m.probes.WithLabelValues(breaker, string(st))
 		}
 		v, _ = m.probeSeries.LoadOrStore(breaker, ps)
@@ -96,6 +104,29 @@ func (m *Metrics) ObserveProbe(breaker string, r probe.Result) {
 	}
 	ps.duration.Observe(r.Latency.Seconds())
 	ps.lag.Set(r.Lag.Seconds())
+	if r.Discard != "" {
+		m.discarded.WithLabelValues(string(r.Discard)).Inc()
+	}
+}
+
+// RegisterStalls exports how long the process could not run, as its
+// heartbeat measured it, and its cgroup's CPU throttling where readable.
+func RegisterStalls(reg prometheus.Registerer, w *stall.Watch) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tripswitch_controller_stalled_seconds_total",
+			Help: "Seconds the controller could not run (paused, CPU-throttled, waiting for a CPU), as its heartbeat measured them; probe timeouts in such a stall are discarded.",
+		}, func() float64 { return w.Total().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tripswitch_controller_cpu_throttled_seconds_total",
+			Help: "Seconds the controller's cgroup was throttled by its CPU limit (cpu.stat; 0 where it is not readable).",
+		}, func() float64 { t, _ := w.Throttling(); return t.Time.Seconds() }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *Metrics) setOpen(breaker string, open bool) {
@@ -121,7 +152,7 @@ func (m *Metrics) initialise(breaker string) {
 	} {
 		m.transitions.WithLabelValues(breaker, wr[0], wr[1])
 	}
-	for _, s := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown} {
+	for _, s := range []probe.Status{probe.Healthy, probe.Unhealthy, probe.Unknown, probe.Discarded} {
 		m.probes.WithLabelValues(breaker, string(s))
 	}
 	m.openSeconds.WithLabelValues(breaker)

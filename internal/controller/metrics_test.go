@@ -67,8 +67,9 @@ tripswitch_circuit_transitions_total{breaker="`+wcb.Name+`",reason="APIServerFai
 tripswitch_circuit_transitions_total{breaker="`+wcb.Name+`",reason="ExternalChange",write="Drop"} 0
 tripswitch_circuit_transitions_total{breaker="`+wcb.Name+`",reason="WebhookRecovered",write="Close"} 1
 tripswitch_circuit_transitions_total{breaker="`+wcb.Name+`",reason="WebhookUnhealthy",write="Open"} 1
-# HELP tripswitch_probe_results_total Probe results by status (Healthy, Unhealthy, Unknown).
+# HELP tripswitch_probe_results_total Probe results by status (Healthy, Unhealthy, Unknown, Discarded).
 # TYPE tripswitch_probe_results_total counter
+tripswitch_probe_results_total{breaker="`+wcb.Name+`",result="Discarded"} 0
 tripswitch_probe_results_total{breaker="`+wcb.Name+`",result="Healthy"} 0
 tripswitch_probe_results_total{breaker="`+wcb.Name+`",result="Unhealthy"} 1
 tripswitch_probe_results_total{breaker="`+wcb.Name+`",result="Unknown"} 0

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
@@ -361,6 +362,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
+	if d.Disarm != "" && d.Write != WriteNone && b.Status.DisarmedReason != d.Disarm {
+		// Remember the disarm before acting on the configuration: once the
+		// record is dropped, only the status says that a human overrode
+		// tripswitch during this outage, and a controller killed between
+		// the two writes must not re-open the webhook over them.
+		if err := r.persistDisarm(ctx, &b, d.Disarm); err != nil {
+			return r.retry(ctx, "breaker changed while its disarm was written; retrying", err)
+		}
+	}
 	var others []companion
 	if d.Write == WriteOpen || d.Write == WriteClose {
 		others = r.companions(ctx, &b, obs, d.Write)
@@ -520,6 +530,30 @@ func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCir
 		}
 	}
 	return ""
+}
+
+// signalTwins maps a change of breaker o to the other breakers whose
+// signal it makes or made ambiguous: those naming a webhook of the same
+// name and type in another configuration (see signalAmbiguity).
+func (r *Reconciler) signalTwins(ctx context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
+	if !ok {
+		return nil
+	}
+	var list v1alpha1.WebhookCircuitBreakerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "list breakers to re-judge their signal's ambiguity")
+		return nil
+	}
+	t := b.Spec.Target
+	var out []reconcile.Request
+	for _, other := range list.Items {
+		ot := other.Spec.Target
+		if other.Name != b.Name && ot.Kind == t.Kind && ot.WebhookName == t.WebhookName && other.Spec.Resolve().Signal != nil {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: other.Name}})
+		}
+	}
+	return out
 }
 
 // observeSignal keeps the API server signal of a breaker that enabled it.
@@ -758,6 +792,19 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCirc
 	return nil
 }
 
+// persistDisarm writes the disarm alone to b's status, with an optimistic
+// lock; the report that follows the write writes the rest.
+func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, reason string) error {
+	base := b.DeepCopy()
+	before := b.ResourceVersion
+	b.Status.DisarmedReason = reason
+	if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("write the disarm of breaker %s: %w", b.Name, err)
+	}
+	r.wrote(b, before)
+	return nil
+}
+
 func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
 	v := b.Annotations[RearmAnnotation]
 	return v != "" && v != b.Status.ObservedRearm
@@ -941,7 +988,7 @@ func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotByp
 // first turns up, not on every reconcile. A disarm is one of them: Ready turns
 // False with reason Disarmed and the message says how it re-arms.
 func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal} {
+	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue

@@ -27,6 +27,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/stall"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
@@ -54,6 +55,10 @@ type Options struct {
 	// Requester is the user the controller runs as (identity.Username); the
 	// audit's re-reviews name it. Set the HTTPProber's Requester to it too.
 	Requester string
+	// Stalls measures how long the controller could not run, so that a
+	// probe timeout it caused is discarded; nil means a new stall.Watch of
+	// the process's own cgroup.
+	Stalls *stall.Watch
 }
 
 // queueRef hands the controller's workqueue, once it starts, to the probe
@@ -138,6 +143,18 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 			queue.addAt(key, priorityReport)
 		}
 	})
+	if opts.Stalls == nil {
+		opts.Stalls = stall.New(stall.Options{})
+	}
+	monitor.Stalls = opts.Stalls
+	if err := mgr.Add(opts.Stalls); err != nil {
+		return nil, fmt.Errorf("add stall watch: %w", err)
+	}
+	if opts.Registerer != nil {
+		if err := RegisterStalls(opts.Registerer, opts.Stalls); err != nil {
+			return nil, fmt.Errorf("register stall metrics: %w", err)
+		}
+	}
 	if err := mgr.Add(monitor); err != nil {
 		return nil, fmt.Errorf("add probe monitor: %w", err)
 	}
@@ -195,6 +212,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{}).
+		// A breaker's signal is ambiguous while another names a webhook of
+		// the same name and type: each change of one looks at the others
+		// at once, so that ambiguity ends when its cause does.
+		Watches(&v1alpha1.WebhookCircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.signalTwins)).
 		WatchesRawSource(source.Func(queue.start)).
 		// The priority queue (controller-runtime's default, asked for
 		// explicitly because decisions depend on it) serves decisions first.

@@ -21,6 +21,10 @@ const (
 	// ConditionProbesLate is True while probes cannot keep their interval:
 	// the controller has more breakers than its CPU can probe on time.
 	ConditionProbesLate = "ProbesLate"
+	// ConditionControllerStarved is True while the controller discards probe
+	// timeouts because it could not run for a large part of them; False
+	// once it has not for a while, absent if it never did.
+	ConditionControllerStarved = "ControllerStarved"
 	// ConditionAPIServerSignal is True while the API server signal reads the
 	// API server's metrics, False when it cannot (the signal is degraded:
 	// only the probes can open the circuit); absent without the signal.
@@ -228,6 +232,15 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
 	} else {
 		set(ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
+	}
+	switch {
+	case o.obs.health.Starved:
+		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts are not counted while the controller cannot run for a quarter of a probe's timeout "+
+			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node): until then this breaker opens only on explicit failures "+
+			"(refused, reset, TLS errors, HTTP 5xx) or the API server signal. Give the controller more CPU (a higher request or limit) or fewer breakers; "+
+			"last: "+o.obs.health.Last.Reason)
+	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
+		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
 	}
 	switch {
 	case !in.TargetFound:
