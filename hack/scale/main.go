@@ -71,6 +71,8 @@ func main() {
 	flag.StringVar(&o.servers, "servers", "config", "one webhook server per configuration (config) or per webhook (webhook)")
 	flag.StringVar(&o.fault, "fault", "slow", "the fault in every webhook at once: slow (answers 2s late) or 503")
 	flag.DurationVar(&o.steady, "steady", 30*time.Second, "how long to measure the steady state")
+	flag.StringVar(&o.scenario, "scenario", "storm", "storm: steady state, then a fault in every webhook at once; starve: two replicas under -cpu-quota through creation, a restart, a failover and pauses with healthy webhooks (every open is a false one), then a real fault")
+	flag.Float64Var(&o.cpuQuota, "cpu-quota", 0, "starve: each replica's CPU limit in cores (0.15 is 150m), as a cgroup quota over 100 ms periods; needs root; 0 means none")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
 	flag.Func("env", "KEY=VALUE added to the controller's environment (repeatable), as a pod spec would set it: GOMAXPROCS=1, GOMEMLIMIT=90MiB", func(v string) error {
 		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
@@ -81,9 +83,14 @@ func main() {
 	})
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the controller's own log is the one to read
-	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") {
-		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503")
+	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") ||
+		(o.scenario != "storm" && o.scenario != "starve") || o.cpuQuota < 0 {
+		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503, -scenario storm|starve, -cpu-quota not negative")
 		os.Exit(2)
+	}
+	run := run
+	if o.scenario == "starve" {
+		run = runStarve
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -95,16 +102,20 @@ type options struct {
 	n, perConfig   int
 	servers, fault string
 	steady         time.Duration
+	scenario       string
+	cpuQuota       float64
 }
 
 // slowBy is how late every answer is during the slow fault: past the
 // webhooks' timeoutSeconds (1) and the probes' deadline.
 const slowBy = 2 * time.Second
 
+var scheme = []func(*runtime.Scheme) error{v1alpha1.AddToScheme}
+
 func run(o options) error {
 	n, steady := o.n, o.steady
 	ctx := context.Background()
-	env, err := testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	env, err := testenv.New(testenv.Options{CRDs: true, AddToScheme: scheme})
 	if err != nil {
 		return err
 	}
