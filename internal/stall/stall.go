@@ -7,9 +7,12 @@
 // The measure is a heartbeat: a goroutine that wakes every Period on the
 // monotonic clock and records every wake-up that came late. A process that
 // is not scheduled wakes late by as long as it was not; a healthy one wakes
-// within a fraction of a millisecond. Where the process's cgroup exposes
-// cpu.stat (v1 or v2), its throttling counters are read beside the
-// heartbeat, so a report can say which of the two it was.
+// within a fraction of a millisecond. Beside it, every tenth beat reads the
+// Go scheduler's own latencies (runtime/metrics /sched/latencies:seconds):
+// a timer-woken heartbeat may jump the run queue that hundreds of runnable
+// goroutines, or a garbage collector's assists, make every other goroutine
+// wait in. Where the process's cgroup exposes cpu.stat (v1 or v2), its
+// throttling counters are read for reports, so one can say which it was.
 package stall
 
 import (
@@ -71,6 +74,8 @@ func New(opts Options) *Watch {
 func (w *Watch) Start(ctx context.Context) error {
 	t := time.NewTicker(w.period)
 	defer t.Stop()
+	sched := newSchedLatency()
+	beats := 0
 	w.mu.Lock()
 	w.lastBeat = time.Now()
 	w.started = true
@@ -82,18 +87,50 @@ func (w *Watch) Start(ctx context.Context) error {
 		case <-t.C:
 		}
 		now := time.Now()
+		beats++
+		var queued time.Duration
+		if beats%schedEvery == 0 {
+			queued = sched.wait()
+		}
 		w.mu.Lock()
 		// A ticker drops the ticks it could not deliver, so a late wake-up
 		// shows as a gap longer than the period.
 		if late := now.Sub(w.lastBeat) - w.period; late > slack {
-			w.ring[w.next] = interval{from: now.Add(-late), to: now}
-			w.next = (w.next + 1) % keep
-			w.n = min(w.n+1, keep)
-			w.total += int64(late)
+			w.add(interval{from: now.Add(-late), to: now})
+		}
+		if queued > slack {
+			w.add(interval{from: now.Add(-queued), to: now})
 		}
 		w.lastBeat = now
 		w.mu.Unlock()
 	}
+}
+
+// schedEvery is how many beats apart the scheduler's latencies are read.
+const schedEvery = 10
+
+// add records a stall, merged into the last one where they overlap (a
+// throttled period shows both as a late beat and as run-queue latency).
+// Callers hold w.mu.
+func (w *Watch) add(iv interval) {
+	if w.n > 0 {
+		last := &w.ring[(w.next-1+keep)%keep]
+		if !iv.from.After(last.to) {
+			if iv.to.After(last.to) {
+				w.total += int64(iv.to.Sub(last.to))
+				last.to = iv.to
+			}
+			if iv.from.Before(last.from) {
+				w.total += int64(last.from.Sub(iv.from))
+				last.from = iv.from
+			}
+			return
+		}
+	}
+	w.ring[w.next] = iv
+	w.next = (w.next + 1) % keep
+	w.n = min(w.n+1, keep)
+	w.total += int64(iv.to.Sub(iv.from))
 }
 
 // NeedLeaderElection: the heartbeat runs on every replica (it costs a timer).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,27 @@ func TestParseCPUStat(t *testing.T) {
 	}
 }
 
+func TestPercentile99(t *testing.T) {
+	// Buckets: [0, 1ms), [1ms, 10ms), [10ms, 100ms), [100ms, +Inf).
+	buckets := []float64{0, 0.001, 0.010, 0.100, math.Inf(1)}
+	for _, tc := range []struct {
+		name         string
+		prev, counts []uint64
+		want         time.Duration
+	}{
+		{"all fast", []uint64{0, 0, 0, 0}, []uint64{1000, 0, 0, 0}, 0},
+		{"one percent slow is the tail, not the 99th", []uint64{0, 0, 0, 0}, []uint64{990, 0, 10, 0}, 0},
+		{"a crowded run queue", []uint64{0, 0, 0, 0}, []uint64{500, 0, 300, 200}, 100 * time.Millisecond},
+		{"only the events since the last read count", []uint64{0, 0, 0, 5000}, []uint64{1000, 0, 0, 5000}, 0},
+		{"too few events to say", []uint64{0, 0, 0, 0}, []uint64{0, 0, 0, 19}, 0},
+		{"most waited 10-100 ms", []uint64{10, 10, 10, 10}, []uint64{10, 10, 110, 10}, 10 * time.Millisecond},
+	} {
+		if got := percentile99(tc.prev, tc.counts, buckets); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestStalledAddsOverlaps(t *testing.T) {
 	w := New(Options{CPUStat: "-"})
 	base := time.Now()
@@ -62,6 +84,13 @@ func TestStalledAddsOverlaps(t *testing.T) {
 			t.Errorf("Stalled(%d ms, %d ms) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
 	}
+	// A late beat and the run queue's latency of one throttled period
+	// overlap: they are one stall, not two.
+	w.add(interval{at(400), at(490)})
+	w.add(interval{at(420), at(495)})
+	if got := w.Stalled(at(400), at(500)); got != 95*time.Millisecond {
+		t.Errorf("two overlapping stalls of one period: %v, want their union, 95ms", got)
+	}
 	var nilWatch *Watch
 	if got := nilWatch.Stalled(base, at(100)); got != 0 {
 		t.Errorf("a nil Watch measured %v", got)
@@ -87,6 +116,15 @@ func child() {
 			for {
 			}
 		}()
+	}
+	if n, _ := strconv.Atoi(os.Getenv("STALL_SPIN")); n > 0 {
+		for range n {
+			go func() {
+				//lint:ignore SA5002 the goroutines keep the run queue full on purpose
+				for {
+				}
+			}()
+		}
 	}
 	fmt.Println("ready")
 	sc := bufio.NewScanner(os.Stdin)
@@ -167,6 +205,20 @@ func TestPausedProcessIsStalled(t *testing.T) {
 	after := time.Now()
 	if got, _ := c.ask(t, quiet, after); got < 300*time.Millisecond {
 		t.Errorf("stopped for 400 ms: measured %v stalled, want most of it", got)
+	}
+}
+
+// TestCrowdedSchedulerIsStalled: a process whose one CPU is shared by 40
+// goroutines that never block runs a goroutine that becomes ready (a
+// probe's, when its answer arrives) only after the others' time slices:
+// the scheduler's latencies show it, even when the timer-woken heartbeat
+// itself is served first.
+func TestCrowdedSchedulerIsStalled(t *testing.T) {
+	c := startChild(t, "STALL_SPIN=40", "GOMAXPROCS=1")
+	from := time.Now()
+	time.Sleep(time.Second)
+	if got, _ := c.ask(t, from, time.Now()); got < 300*time.Millisecond {
+		t.Errorf("40 spinning goroutines on one CPU for 1 s: measured %v stalled, want most of it", got)
 	}
 }
 
