@@ -84,9 +84,10 @@ func slowOnce(n int64, d time.Duration) (http.Handler, *atomic.Int64) {
 	}), &count
 }
 
-// watchVerdicts runs a real-clock monitor of srv (interval, timeout 150
-// ms, 3 failures open) with a real stall meter for d, and returns the worst
-// count of consecutive failures and whether the verdict was ever Unhealthy.
+// watchVerdicts runs a real-clock monitor of srv with the default probe
+// settings (timeout 250 ms, 3 failures open) at interval, with a real stall
+// meter, for d, and returns the worst count of consecutive failures and
+// whether the verdict was ever Unhealthy.
 func watchVerdicts(t *testing.T, tgt probe.Target, interval, d time.Duration) (worst int32, unhealthy bool) {
 	t.Helper()
 	var mu sync.Mutex
@@ -103,7 +104,7 @@ func watchVerdicts(t *testing.T, tgt probe.Target, interval, d time.Duration) (w
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	go func() { _ = w.Start(ctx) }()
-	tgt.Timeout = 150 * time.Millisecond
+	tgt.Timeout = 250 * time.Millisecond
 	mon.Ensure("b", probe.Settings{Target: tgt, Interval: interval, FailureThreshold: 3, SuccessThreshold: 1})
 	_ = mon.Start(ctx)
 	mu.Lock()
@@ -111,17 +112,19 @@ func watchVerdicts(t *testing.T, tgt probe.Target, interval, d time.Duration) (w
 	return worst, unhealthy
 }
 
-// TestOneSlowAnswerDoesNotOpen: a webhook that answers every probe at once
-// but one, which takes more than three intervals, is never judged
-// Unhealthy: the probes after the slow one reach the webhook on a second
-// connection instead of failing behind it. A webhook that hangs every
-// request is judged Unhealthy as before. Real clock, real server.
+// TestOneSlowAnswerDoesNotOpen: with the default probe settings (every 1 s,
+// 250 ms timeout, open after 3 failures), a webhook that answers every
+// probe at once but one, which takes 2.5 s, is never judged Unhealthy: the
+// probes after the slow one reach the webhook on a second connection
+// instead of failing behind it (before, they did, and the circuit opened).
+// A webhook that hangs every request is judged Unhealthy as before. Real
+// clock, real server.
 func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
-	const interval = 300 * time.Millisecond
-	h, count := slowOnce(2, 1200*time.Millisecond)
+	const interval = time.Second
+	h, count := slowOnce(2, 2500*time.Millisecond)
 	srv, _ := countingServer(t, h)
-	if worst, unhealthy := watchVerdicts(t, urlTarget(srv, "/healthz"), interval, 3*time.Second); unhealthy || worst > 1 {
-		t.Errorf("one 1.2 s answer among fast ones (%d requests): %d consecutive failures, Unhealthy %v; want at most 1, never Unhealthy", count.Load(), worst, unhealthy)
+	if worst, unhealthy := watchVerdicts(t, urlTarget(srv, "/healthz"), interval, 5*time.Second); unhealthy || worst > 1 {
+		t.Errorf("one 2.5 s answer among fast ones (%d requests): %d consecutive failures, Unhealthy %v; want at most 1, never Unhealthy", count.Load(), worst, unhealthy)
 	}
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
@@ -131,7 +134,8 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}))
-	if _, unhealthy := watchVerdicts(t, urlTarget(hung, "/healthz"), interval, 3*time.Second); !unhealthy {
-		t.Errorf("a webhook that hangs every request was never judged Unhealthy")
+	// First probe within an interval (jitter), then three failures.
+	if _, unhealthy := watchVerdicts(t, urlTarget(hung, "/healthz"), interval, 7*time.Second); !unhealthy {
+		t.Errorf("a webhook that hangs every request was not judged Unhealthy within 7 s")
 	}
 }
