@@ -566,9 +566,13 @@ func (b *Breaker) Metrics() Metrics {
 // Execute runs fn if the circuit admits it and records its outcome. It
 // returns ctx's error, without taking a permit or calling fn, when ctx is
 // already done, and the OpenError without calling fn when the circuit
-// rejects the call. If the caller's ctx is canceled during the call,
-// context.Canceled is classified Ignore by the default classifier. A panic
-// in fn counts as a failure and is re-raised.
+// rejects the call. A call during which the caller's ctx was canceled is
+// ignored whatever fn returned and whatever the classifier says: with
+// context.WithCancelCause (and errgroup.WithContext, which cancels the
+// siblings with the first error) fn returns the cause, not
+// context.Canceled, and the caller giving up is not the callee failing. A
+// ctx whose deadline passed is classified as usual: running out of time is
+// a failure. A panic in fn counts as a failure and is re-raised.
 func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -580,6 +584,20 @@ func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T
 	}
 	defer pm.Done(Failure) // a no-op after DoneErr; fn panicked otherwise
 	v, err := fn(ctx)
-	pm.DoneErr(err)
+	if err != nil && CallerCanceled(ctx) {
+		pm.Done(Ignore)
+	} else {
+		pm.DoneErr(err)
+	}
 	return v, err
+}
+
+// CallerCanceled reports whether ctx was canceled (not timed out): the
+// caller gave up on the call, so whatever error the call returned is not
+// the callee's failure. It judges the context, not the error, because a
+// context canceled with a cause makes net/http and grpc-go return that
+// cause instead of context.Canceled. Adapters (breakerhttp, breakergrpc)
+// use it on the caller's context after a call.
+func CallerCanceled(ctx context.Context) bool {
+	return ctx.Err() == context.Canceled
 }

@@ -77,3 +77,20 @@ func ExampleRegistry() {
 	// mail-send CLOSED 80
 	// DISABLED
 }
+
+// A context canceled with a cause makes a call return the cause, not
+// context.Canceled; CallerCanceled judges the context instead, as Execute
+// and the adapters do, so the caller giving up is not counted against the
+// callee, while a deadline still is.
+func ExampleCallerCanceled() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("client went away"))
+	fmt.Println(breaker.CallerCanceled(ctx), errors.Is(context.Cause(ctx), context.Canceled))
+
+	late, stop := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer stop()
+	fmt.Println(breaker.CallerCanceled(late))
+	// Output:
+	// true false
+	// false
+}

@@ -9,7 +9,10 @@
 // AlreadyExists, FailedPrecondition, Aborted, OutOfRange, Unimplemented,
 // ResourceExhausted from the server (a quota, gRPC's 429) or from the
 // client's own message-size limit, and the caller's cancellation are
-// ignored: they are about the request or the caller, not an outage.
+// ignored: they are about the request or the caller, not an outage. The
+// interceptors judge the caller's context before the classifier: any error
+// of a call whose context the caller canceled is ignored, since a context
+// canceled with a cause does not make the error context.Canceled.
 //
 // An open circuit answers without sending anything, with an error whose
 // gRPC status is Unavailable and that matches breaker.ErrOpen.
@@ -137,6 +140,18 @@ func (e OpenError) GRPCStatus() *status.Status {
 // Unwrap returns the breaker's rejection.
 func (e OpenError) Unwrap() error { return e.OpenError }
 
+// judge classifies a call's error for a caller whose context is ctx: once
+// the caller canceled it, the call is ignored whatever the error says (a
+// context canceled with a cause may come back as that cause, or as a status
+// built from it), and otherwise classify decides. A deadline is classify's
+// to judge (DefaultClassifier: a failure).
+func judge(ctx context.Context, classify Classifier, err error) breaker.Outcome {
+	if err != nil && breaker.CallerCanceled(ctx) {
+		return breaker.Ignore
+	}
+	return classify(err)
+}
+
 func allow(b *breaker.Breaker) (breaker.Permit, error) {
 	pm, err := b.Allow()
 	if err != nil {
@@ -174,7 +189,7 @@ func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInter
 			return err
 		}
 		err = invoker(ctx, method, req, reply, cc, callOpts...)
-		pm.Done(classify(err))
+		pm.Done(judge(ctx, classify, err))
 		return err
 	}
 }
@@ -197,14 +212,14 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 		}
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
 		if err != nil {
-			pm.Done(classify(err))
+			pm.Done(judge(ctx, classify, err))
 			return nil, err
 		}
-		s := &stream{ClientStream: cs, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
+		s := &stream{ClientStream: cs, ctx: ctx, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
-		stop := context.AfterFunc(ctx, func() { s.pm.Done(classify(ctx.Err())) })
+		stop := context.AfterFunc(ctx, func() { s.pm.Done(judge(ctx, classify, ctx.Err())) })
 		s.stop.Store(&stop)
 		return s, nil
 	}
@@ -212,6 +227,7 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 
 type stream struct {
 	grpc.ClientStream
+	ctx           context.Context // the caller's
 	classify      Classifier
 	serverStreams bool
 	stop          atomic.Pointer[func() bool] // releases the context watch
@@ -225,7 +241,7 @@ func (s *stream) RecvMsg(m any) error {
 	case err == io.EOF:
 		s.finish(breaker.Success)
 	case err != nil:
-		s.finish(s.classify(err))
+		s.finish(judge(s.ctx, s.classify, err))
 	case !s.serverStreams:
 		s.finish(breaker.Success) // the one response of a unary-response stream
 	}

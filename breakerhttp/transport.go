@@ -48,10 +48,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
-	classify := t.Classify
-	if classify == nil {
-		classify = DefaultClassifier
-	}
+	classify := judge{caller: req.Context(), c: t.Classify}
 	var ctx context.Context
 	cancel := context.CancelFunc(nil)
 	if t.Timeout > 0 {
@@ -60,13 +57,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.base().RoundTrip(req)
 	if err != nil {
-		pm.Done(classify(nil, err))
+		pm.Done(classify.outcome(nil, err))
 		if cancel != nil {
 			cancel()
 		}
 		return nil, err
 	}
-	o := classify(resp, nil)
+	o := classify.outcome(resp, nil)
 	// A success is only known once the body has arrived; a failure or an
 	// ignored response is known now. Bodies that are not plain payloads
 	// (none, or a protocol switch) end the attempt here.
@@ -90,7 +87,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A body nobody reads or closes must not hold the permit (in
 		// HALF_OPEN, the circuit) past the timeout: running out of it is a
 		// failure, however late the caller closes the body.
-		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify(nil, ctx.Err())) })
+		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify.outcome(nil, ctx.Err())) })
 	}
 	resp.Body = b
 	return resp, nil
@@ -99,6 +96,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // CloseIdleConnections closes the base transport's idle connections, so
 // that http.Client.CloseIdleConnections reaches them through the circuit.
 func (t *Transport) CloseIdleConnections() { closeIdle(t.base()) }
+
+// judge classifies the attempts of a caller whose context is caller: an
+// error while that context is canceled is Ignore, whatever the error says
+// (a context canceled with a cause makes net/http return the cause, not
+// context.Canceled), and everything else is up to c (nil:
+// DefaultClassifier). A deadline is still c's to judge.
+type judge struct {
+	caller context.Context
+	c      Classifier
+}
+
+func (j judge) outcome(resp *http.Response, err error) breaker.Outcome {
+	if err != nil && breaker.CallerCanceled(j.caller) {
+		return breaker.Ignore
+	}
+	if j.c == nil {
+		return DefaultClassifier(resp, err)
+	}
+	return j.c(resp, err)
+}
 
 // closeIdle closes rt's idle connections if it keeps any.
 func closeIdle(rt http.RoundTripper) {
@@ -129,7 +146,7 @@ func closeRequestBody(req *http.Request) {
 // (a failure or ignored status) records nothing more.
 type body struct {
 	rc       io.ReadCloser
-	classify Classifier
+	classify judge
 	cancel   context.CancelFunc
 	stop     func() bool // the timeout's failure, when the success is deferred
 
@@ -143,7 +160,7 @@ func (b *body) Read(p []byte) (int, error) {
 		if err == io.EOF || b.closed.Load() {
 			b.finish(breaker.Success)
 		} else {
-			b.finish(b.classify(nil, err))
+			b.finish(b.classify.outcome(nil, err))
 		}
 	}
 	return n, err
