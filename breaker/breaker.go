@@ -414,6 +414,18 @@ func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
 // they are reported on the event, and an opening they caused is preceded by
 // a rate-exceeded event for each rate at or above its threshold.
 func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentages) *phase {
+	next := b.queue(from, to, now, r)
+	b.drain()
+	return next
+}
+
+// queueTransition makes a manual transition to state to and queues its
+// event without delivering it: the caller, which holds a lock of its own,
+// calls drain once it has released it.
+func (b *Breaker) queueTransition(to State) { b.queue(nil, to, b.cfg.Clock.Now(), nil) }
+
+// queue is transition without the delivery of the events it queues.
+func (b *Breaker) queue(from *phase, to State, now time.Time, r *percentages) *phase {
 	b.mu.Lock()
 	cur := b.cur.Load()
 	if from != nil && cur != from {
@@ -439,7 +451,6 @@ func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentage
 		b.events.push(ev)
 	}
 	b.mu.Unlock()
-	b.drain()
 	return next
 }
 

@@ -51,6 +51,7 @@ func TestExecuteCountsADeadlineAsAFailure(t *testing.T) {
 func TestExecuteFanOutCountsOneFailure(t *testing.T) {
 	b := mustNew(t, breaker.Config{MinimumNumberOfCalls: 100, WindowSize: 100, Clock: newClock()})
 	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	first := errors.New("upstream 500")
 	var wg sync.WaitGroup
 	started := make(chan struct{})

@@ -75,8 +75,8 @@ func (r *Registry) Get(name string) *Breaker {
 		return b
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if b, ok := r.breakers[name]; ok {
+		r.mu.Unlock()
 		return b
 	}
 	cfg, ok := r.configs[name]
@@ -85,12 +85,16 @@ func (r *Registry) Get(name string) *Breaker {
 	}
 	b = newBreaker(name, cfg)
 	if r.disabled {
-		b.Disable()
+		// Queued, not delivered: the consumers run after the unlock, so
+		// they may use the registry.
+		b.queueTransition(Disabled)
 	}
 	if r.totals {
 		b.EnableTotals()
 	}
 	r.breakers[name] = b
+	r.mu.Unlock()
+	b.drain()
 	return b
 }
 
