@@ -27,6 +27,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,8 @@ const (
 	// that no wait fixes; allowing on them would open the gate for good,
 	// silently, from the first deploy. They are refused (503) and logged at
 	// error level even on a fail-open gate. An empty subject or resource is
-	// never allowed either.
+	// never allowed either, and neither is a caller whose own context ended
+	// before the answer came (it gave up; the answer may be a deny).
 	AllowWhenUnavailable
 )
 
@@ -122,8 +125,9 @@ type UnavailableError struct {
 	// open wait, or one second.
 	RetryAfter time.Duration
 	// Misconfigured: the permission service rejected the check itself (a
-	// 3xx or 4xx: a bad internal secret, a moved or wrong URL) or answered
-	// something that is not a decision, which no retry fixes.
+	// 3xx or 4xx: a bad internal secret, a moved or wrong URL), answered
+	// something that is not a decision, or the Lookup panicked (a bug):
+	// no retry fixes it, and a fail-open gate refuses it too.
 	Misconfigured bool
 }
 
@@ -248,12 +252,12 @@ func (g *Checker) Check(ctx context.Context, subject, resource string) error {
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return g.unavailable(r.Err)
+			return g.unavailable(ctx, r.Err)
 		}
 		return g.decided(r.Val.(bool))
 	case <-ctx.Done():
 		// This caller left; the shared lookup goes on for the others.
-		return g.unavailable(ctx.Err())
+		return g.unavailable(ctx, ctx.Err())
 	}
 }
 
@@ -285,6 +289,13 @@ func (g *Checker) lookup(k key) (bool, error) {
 	defer cancel()
 	allowed, err := g.bounded(ctx, k)
 	if err != nil {
+		var pe *panicError
+		if errors.As(err, &pe) {
+			g.stats.lookupMisconfigured.Add(1)
+			g.cfg.Logger.Error("accessgate: the lookup panicked; the check is refused (503). This is a bug in the Lookup",
+				"gate", g.cfg.Name, "resource", k.resource, "error", describe(err), "panic", pe.describe(), "stack", pe.stack)
+			return false, err
+		}
 		if misconfigured(err) {
 			g.stats.lookupMisconfigured.Add(1)
 			attrs := []any{"gate", g.cfg.Name, "resource", k.resource, "error", describe(err)}
@@ -317,6 +328,13 @@ func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 	}
 	done := make(chan answer, 1)
 	go func() {
+		// A panic here would end the process: no caller's recover reaches
+		// this goroutine. It is a failed check instead.
+		defer func() {
+			if v := recover(); v != nil {
+				done <- answer{false, &panicError{value: v, stack: string(debug.Stack())}}
+			}
+		}()
 		allowed, err := g.cfg.Lookup.Check(ctx, k.subject, k.resource)
 		done <- answer{allowed, err}
 	}()
@@ -336,11 +354,37 @@ func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 // decision.
 func misconfigured(err error) bool {
 	var se *StatusError
-	return errors.Is(err, errBadAnswer) || (errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
+	return errors.Is(err, errBadAnswer) || errors.Is(err, errLookupPanicked) ||
+		(errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
 }
 
-func (g *Checker) unavailable(cause error) error {
-	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) {
+// errLookupPanicked is matched by the error of a Lookup that panicked.
+var errLookupPanicked = errors.New("accessgate: the lookup panicked")
+
+// panicError is a Lookup's panic, recovered on the lookup's goroutine.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (e *panicError) Error() string        { return errLookupPanicked.Error() }
+func (e *panicError) Is(target error) bool { return target == errLookupPanicked }
+
+// describe names the panic for the log: a runtime error's text (a nil map,
+// an index out of range) carries no data, any other value only its type.
+func (e *panicError) describe() string {
+	if re, ok := e.value.(runtime.Error); ok {
+		return re.Error()
+	}
+	return fmt.Sprintf("panic(%T)", e.value)
+}
+
+// unavailable answers a check whose decision is unknown. A fail-open gate
+// allows only when the service could not answer: never on a
+// misconfiguration, and never for a caller whose own context ended (it gave
+// up, or ran out of its time; the service may be about to deny).
+func (g *Checker) unavailable(ctx context.Context, cause error) error {
+	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) && ctx.Err() == nil {
 		g.stats.allowedFailOpen.Add(1)
 		return nil
 	}
@@ -366,6 +410,8 @@ func describe(err error) string {
 		return "none"
 	case errors.Is(err, breaker.ErrOpen):
 		return "circuit open"
+	case errors.Is(err, errLookupPanicked):
+		return "lookup panicked"
 	case errors.As(err, &se):
 		return fmt.Sprintf("status %d", se.Code)
 	case errors.Is(err, context.DeadlineExceeded):
