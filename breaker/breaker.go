@@ -50,7 +50,7 @@ type phase struct {
 	state     State
 	since     time.Time
 	openUntil time.Time // OPEN: when trial calls are allowed
-	untilSec  int64     // openUntil's Unix second, for the coarse check
+	untilSec  int64     // openUntil's coarse (monotonic) second, for the fast check
 	rejection *OpenError
 	attempt   int    // consecutive openings, for backoff
 	window    window // CLOSED and METRICS_ONLY
@@ -468,7 +468,9 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 			p.opener = prev
 		}
 		p.openUntil = now.Add(b.openWait(p.attempt))
-		p.untilSec = p.openUntil.Unix()
+		if b.coarse {
+			p.untilSec = monoSecond(p.openUntil)
+		}
 		p.rejection = &OpenError{Breaker: b.name, State: Open, Until: p.openUntil}
 	case HalfOpen:
 		if prev != nil {
