@@ -126,7 +126,8 @@ type UnavailableError struct {
 	RetryAfter time.Duration
 	// Misconfigured: the permission service rejected the check itself (a
 	// 3xx or 4xx: a bad internal secret, a moved or wrong URL), answered
-	// something that is not a decision, or the Lookup panicked (a bug):
+	// something that is not a decision, the request for the check could not
+	// be built (see HTTPLookup), or the Lookup panicked (a bug):
 	// no retry fixes it, and a fail-open gate refuses it too.
 	Misconfigured bool
 }
@@ -163,6 +164,11 @@ type stats struct {
 func New(cfg Config) (*Checker, error) {
 	if cfg.Lookup == nil {
 		return nil, errors.New("accessgate: Config.Lookup is required")
+	}
+	if l, ok := cfg.Lookup.(*HTTPLookup); ok {
+		if err := l.validate(); err != nil {
+			return nil, fmt.Errorf("accessgate: Config.Lookup: %w", err)
+		}
 	}
 	for _, d := range []struct {
 		name string
@@ -354,7 +360,7 @@ func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 // decision.
 func misconfigured(err error) bool {
 	var se *StatusError
-	return errors.Is(err, errBadAnswer) || errors.Is(err, errLookupPanicked) ||
+	return errors.Is(err, errBadAnswer) || errors.Is(err, errLookupPanicked) || errors.Is(err, errBadRequest) ||
 		(errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
 }
 
@@ -412,6 +418,8 @@ func describe(err error) string {
 		return "circuit open"
 	case errors.Is(err, errLookupPanicked):
 		return "lookup panicked"
+	case errors.Is(err, errBadRequest):
+		return "request cannot be built"
 	case errors.As(err, &se):
 		return fmt.Sprintf("status %d", se.Code)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -427,5 +435,5 @@ func describe(err error) string {
 	case errors.Is(err, errBadAnswer):
 		return "unreadable answer"
 	}
-	return fmt.Sprintf("%T", err)
+	return "unclassified error" // a Lookup's own error: its text may carry identifiers
 }
