@@ -65,9 +65,8 @@ func TestAPanickingLookupIsA503(t *testing.T) {
 		var logs bytes.Buffer
 		g, err := accessgate.New(accessgate.Config{WhenUnavailable: when, Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil)),
 			Lookup: accessgate.LookupFunc(func(context.Context, string, string) (bool, error) {
-				var m map[string]bool
-				m["boom"] = true // a nil map: the bug
-				return true, nil
+				var rights []bool
+				return rights[3], nil // out of range: the bug
 			})})
 		if err != nil {
 			t.Fatal(err)

@@ -95,7 +95,10 @@ type Config struct {
 	LookupTimeout time.Duration
 	// WhenUnavailable: RejectWhenUnavailable (default) or AllowWhenUnavailable.
 	WhenUnavailable WhenUnavailable
-	// Logger receives one line per failed lookup; never tokens or bodies.
+	// Logger receives the failed lookups, never tokens or bodies: a line
+	// when the kind of failure changes (the first timeout, the circuit
+	// opening, a 403), at most one more every 10s while it goes on, with
+	// how many failures it stands for, and one when lookups answer again.
 	// Default slog.Default().
 	Logger *slog.Logger
 	// Clock supplies time for the cache and Retry-After; default the system
@@ -151,6 +154,7 @@ type Checker struct {
 	cache  *otter.Cache[key, bool]
 	flight singleflight.Group
 	stats  stats
+	log    failureLog
 }
 
 type stats struct {
@@ -298,23 +302,24 @@ func (g *Checker) lookup(k key) (bool, error) {
 		var pe *panicError
 		if errors.As(err, &pe) {
 			g.stats.lookupMisconfigured.Add(1)
-			g.cfg.Logger.Error("accessgate: the lookup panicked; the check is refused (503). This is a bug in the Lookup",
-				"gate", g.cfg.Name, "resource", k.resource, "error", describe(err), "panic", pe.describe(), "stack", pe.stack)
+			g.log.failed(g, slog.LevelError, "accessgate: the lookup panicked; the check is refused (503). This is a bug in the Lookup",
+				describe(err), "resource", k.resource, "error", describe(err), "panic", pe.describe(), "stack", pe.stack)
 			return false, err
 		}
 		if misconfigured(err) {
 			g.stats.lookupMisconfigured.Add(1)
-			attrs := []any{"gate", g.cfg.Name, "resource", k.resource, "error", describe(err)}
+			attrs := []any{"resource", k.resource, "error", describe(err)}
 			if se := (*StatusError)(nil); errors.As(err, &se) {
 				attrs = append(attrs, "status", se.Code)
 			}
-			g.cfg.Logger.Error("accessgate: the permission service rejected the check or answered something that is not a decision; this is a configuration problem (credentials, URL, response format), not a denial", attrs...)
+			g.log.failed(g, slog.LevelError, "accessgate: the permission service rejected the check or answered something that is not a decision; this is a configuration problem (credentials, URL, response format), not a denial", describe(err), attrs...)
 		} else {
 			g.stats.lookupFailed.Add(1)
-			g.cfg.Logger.Warn("accessgate: access check unavailable", "gate", g.cfg.Name, "resource", k.resource, "error", describe(err))
+			g.log.failed(g, slog.LevelWarn, "accessgate: access check unavailable", describe(err), "resource", k.resource, "error", describe(err))
 		}
 		return false, err
 	}
+	g.log.succeeded(g)
 	if allowed {
 		g.stats.lookupAllowed.Add(1)
 	} else {
