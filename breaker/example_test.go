@@ -94,3 +94,18 @@ func ExampleCallerCanceled() {
 	// true false
 	// false
 }
+
+// Configuration errors name the key by its path and suggest the nearest
+// known one; ApplyEnviron does the same for variables under its prefix.
+func ExampleParseFile() {
+	_, err := breaker.ParseFile([]byte(`{"circuits":{"mail-send":{"failureRateTreshold":80,"waitDurationInOpenState":30}}}`))
+	fmt.Println(err)
+
+	var f breaker.File
+	err = f.ApplyEnviron("CIRCUITBREAKER", []string{"CIRCUITBREAKER_SLIDING_WINDOW_SIZ=60"})
+	fmt.Println(err)
+	// Output:
+	// breaker config: circuits.mail-send.failureRateTreshold=80: unknown key; did you mean "failureRateThreshold"?
+	// breaker config: circuits.mail-send.waitDurationInOpenState=30: must be a duration string with its unit, like "15s" or "500ms" (a bare number is refused: it could mean seconds or milliseconds)
+	// breaker config: unknown variable CIRCUITBREAKER_SLIDING_WINDOW_SIZ; did you mean CIRCUITBREAKER_SLIDING_WINDOW_SIZE?
+}

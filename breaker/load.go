@@ -3,6 +3,7 @@ package breaker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,9 +38,17 @@ type File struct {
 	Circuits map[string]Settings `json:"circuits,omitempty"`
 }
 
-// ParseFile decodes a JSON File, rejecting unknown fields.
+// ParseFile decodes a JSON File. It rejects every unknown key and every
+// value of the wrong kind, each as a *ConfigError that names the key by its
+// path (circuits.mail.slidingWindowSize) and, for a typo, suggests the
+// nearest known key; several are joined (errors.Join). A duration is a
+// string with its unit ("15s", "500ms"); a bare number is refused, since it
+// could mean seconds or milliseconds.
 func ParseFile(data []byte) (File, error) {
 	var f File
+	if err := checkKeys(data); err != nil {
+		return f, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
@@ -137,31 +146,77 @@ func assign[T any](given map[field]bool, f field, p *T, dst *T) {
 // named prefix + "_" + the upper-snake property name, for example
 // CIRCUITBREAKER_ENABLED or CIRCUITBREAKER_FAILURE_RATE_THRESHOLD. lookup is
 // os.LookupEnv in production. Variables are read in a fixed order, so the
-// first bad one is always the one reported.
+// first bad one is always the one reported. A lookup function cannot list
+// the variables that are set, so a misspelt name goes unnoticed here: use
+// ApplyEnviron with os.Environ() to have it reported.
 func (f *File) ApplyEnv(prefix string, lookup func(string) (string, bool)) error {
-	d := &f.Defaults
 	e := env{prefix: prefix, lookup: lookup}
-	parseFloat := func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
-	parseString := func(v string) (string, error) { return v, nil }
-	for _, err := range []error{
-		envVar(e, "ENABLED", "a boolean", strconv.ParseBool, &f.Enabled),
-		envVar(e, "FAILURE_RATE_THRESHOLD", "a number", parseFloat, &d.FailureRateThreshold),
-		envVar(e, "SLOW_CALL_RATE_THRESHOLD", "a number", parseFloat, &d.SlowCallRateThreshold),
-		envVar(e, "SLOW_CALL_DURATION_THRESHOLD", "", parseString, &d.SlowCallDurationThreshold),
-		envVar(e, "RECORD_CALL_DURATIONS", "a boolean", strconv.ParseBool, &d.RecordCallDurations),
-		envVar(e, "MINIMUM_NUMBER_OF_CALLS", "an integer", strconv.Atoi, &d.MinimumNumberOfCalls),
-		envVar(e, "SLIDING_WINDOW_TYPE", "", parseString, &d.SlidingWindowType),
-		envVar(e, "SLIDING_WINDOW_SIZE", "an integer", strconv.Atoi, &d.SlidingWindowSize),
-		envVar(e, "WAIT_DURATION_IN_OPEN_STATE", "", parseString, &d.WaitDurationInOpenState),
-		envVar(e, "PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE", "an integer", strconv.Atoi, &d.PermittedNumberOfCallsInHalfOpenState),
-		envVar(e, "MAX_WAIT_DURATION_IN_HALF_OPEN_STATE", "", parseString, &d.MaxWaitDurationInHalfOpenState),
-		envVar(e, "AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED", "a boolean", strconv.ParseBool, &d.AutomaticTransitionFromOpenToHalfOpenEnabled),
-	} {
-		if err != nil {
+	for _, v := range f.envVars() {
+		if err := v.apply(e); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ApplyEnviron is ApplyEnv over environ, a list of "NAME=value" entries as
+// os.Environ returns, and it also refuses every variable under prefix + "_"
+// that is not one of the settings, naming it and the nearest known name (a
+// typo such as CIRCUITBREAKER_FAILURE_RATE_TRESHOLD is not silently
+// ignored). Give the breaker settings a prefix of their own.
+func (f *File) ApplyEnviron(prefix string, environ []string) error {
+	vals := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vals[k] = v
+		}
+	}
+	known := map[string]string{}
+	for _, v := range f.envVars() {
+		known[prefix+"_"+v.prop] = ""
+	}
+	var errs []error
+	for _, k := range sortedKeys(vals) {
+		if _, ok := known[k]; !ok && strings.HasPrefix(k, prefix+"_") {
+			msg := fmt.Sprintf("breaker config: unknown variable %s", k)
+			if s := nearest(k, sortedKeys(known)); s != "" {
+				msg += fmt.Sprintf("; did you mean %s?", s)
+			}
+			errs = append(errs, errors.New(msg))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return f.ApplyEnv(prefix, func(k string) (string, bool) { v, ok := vals[k]; return v, ok })
+}
+
+// envSetting is one environment variable: its property name and how it
+// is applied.
+type envSetting struct {
+	prop  string
+	apply func(env) error
+}
+
+// envVars lists the variables ApplyEnv reads, in the order it reads them.
+func (f *File) envVars() []envSetting {
+	d := &f.Defaults
+	parseFloat := func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
+	parseString := func(v string) (string, error) { return v, nil }
+	return []envSetting{
+		envVar("ENABLED", "a boolean", strconv.ParseBool, &f.Enabled),
+		envVar("FAILURE_RATE_THRESHOLD", "a number", parseFloat, &d.FailureRateThreshold),
+		envVar("SLOW_CALL_RATE_THRESHOLD", "a number", parseFloat, &d.SlowCallRateThreshold),
+		envVar("SLOW_CALL_DURATION_THRESHOLD", "", parseString, &d.SlowCallDurationThreshold),
+		envVar("RECORD_CALL_DURATIONS", "a boolean", strconv.ParseBool, &d.RecordCallDurations),
+		envVar("MINIMUM_NUMBER_OF_CALLS", "an integer", strconv.Atoi, &d.MinimumNumberOfCalls),
+		envVar("SLIDING_WINDOW_TYPE", "", parseString, &d.SlidingWindowType),
+		envVar("SLIDING_WINDOW_SIZE", "an integer", strconv.Atoi, &d.SlidingWindowSize),
+		envVar("WAIT_DURATION_IN_OPEN_STATE", "", parseString, &d.WaitDurationInOpenState),
+		envVar("PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE", "an integer", strconv.Atoi, &d.PermittedNumberOfCallsInHalfOpenState),
+		envVar("MAX_WAIT_DURATION_IN_HALF_OPEN_STATE", "", parseString, &d.MaxWaitDurationInHalfOpenState),
+		envVar("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED", "a boolean", strconv.ParseBool, &d.AutomaticTransitionFromOpenToHalfOpenEnabled),
+	}
 }
 
 type env struct {
@@ -169,19 +224,21 @@ type env struct {
 	lookup func(string) (string, bool)
 }
 
-// envVar sets *dst from the variable prefix_prop when it is set; what names
-// the expected form for the error. Strings are validated later, with the
-// rest of the settings.
-func envVar[T any](e env, prop, what string, parse func(string) (T, error), dst **T) error {
-	name := e.prefix + "_" + prop
-	v, ok := e.lookup(name)
-	if !ok {
+// envVar is the variable prefix_prop: when it is set, it sets *dst; what
+// names the expected form for the error. Strings are validated later, with
+// the rest of the settings.
+func envVar[T any](prop, what string, parse func(string) (T, error), dst **T) envSetting {
+	return envSetting{prop, func(e env) error {
+		name := e.prefix + "_" + prop
+		v, ok := e.lookup(name)
+		if !ok {
+			return nil
+		}
+		x, err := parse(v)
+		if err != nil {
+			return fmt.Errorf("breaker config: %s=%q is not %s", name, v, what)
+		}
+		*dst = &x
 		return nil
-	}
-	x, err := parse(v)
-	if err != nil {
-		return fmt.Errorf("breaker config: %s=%q is not %s", name, v, what)
-	}
-	*dst = &x
-	return nil
+	}}
 }
