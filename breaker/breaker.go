@@ -467,11 +467,7 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 		if prev != nil && (prev.window.held() || prev.state == HalfOpen) {
 			p.opener = prev
 		}
-		p.openUntil = now.Add(b.openWait(p.attempt))
-		if b.coarse {
-			p.untilSec = monoSecond(p.openUntil)
-		}
-		p.rejection = &OpenError{Breaker: b.name, State: Open, Until: p.openUntil}
+		b.setOpenUntil(p, now.Add(b.openWait(p.attempt)))
 	case HalfOpen:
 		if prev != nil {
 			p.attempt = prev.attempt
@@ -481,6 +477,60 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 		p.rejection = &OpenError{Breaker: b.name, State: ForcedOpen}
 	}
 	return p
+}
+
+// OpenUntil opens the circuit until t, as a server asks with Retry-After
+// (429, 503) or gRPC's RetryInfo and pushback: trial calls are allowed
+// again at t, or after Config.OpenUntilCap from now if that is sooner. A
+// CLOSED or HALF_OPEN circuit opens (publishing the transition, counting an
+// opening for backoff as a failed trial does); an OPEN one stays open until
+// the later of its wait and t, in a new generation; a t that is not in the
+// future does nothing. DISABLED, FORCED_OPEN and METRICS_ONLY are manual
+// states and are left alone. t may come from a header: only its distance
+// from the clock's now is used, so the wait is measured on the monotonic
+// clock like every other.
+func (b *Breaker) OpenUntil(t time.Time) {
+	now := b.cfg.Clock.Now()
+	b.openFor(now, t.Sub(now))
+}
+
+// OpenFor is OpenUntil(now + d).
+func (b *Breaker) OpenFor(d time.Duration) { b.openFor(b.cfg.Clock.Now(), d) }
+
+func (b *Breaker) openFor(now time.Time, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	until := now.Add(min(d, b.cfg.OpenUntilCap))
+	b.mu.Lock()
+	cur := b.cur.Load()
+	switch {
+	case cur.state == Open && until.After(cur.openUntil):
+	case cur.state == Closed || cur.state == HalfOpen:
+	default:
+		b.mu.Unlock()
+		return
+	}
+	next := b.newPhase(Open, cur, now)
+	if cur.state == Open {
+		next.attempt, next.opener = cur.attempt, cur.opener
+	}
+	b.setOpenUntil(next, until)
+	b.cur.Store(next)
+	if cur.state != Open {
+		b.events.push(Event{Breaker: b.name, Type: EventStateTransition, From: cur.state, To: Open, At: now, FailureRate: -1, SlowCallRate: -1})
+	}
+	b.mu.Unlock()
+	b.drain()
+}
+
+// setOpenUntil sets when an OPEN phase allows trial calls.
+func (b *Breaker) setOpenUntil(p *phase, until time.Time) {
+	p.openUntil = until
+	if b.coarse {
+		p.untilSec = monoSecond(until)
+	}
+	p.rejection = &OpenError{Breaker: b.name, State: Open, Until: until}
 }
 
 func (b *Breaker) openWait(attempt int) time.Duration {

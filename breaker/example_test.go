@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 )
 
 // Protect a call with Execute. After enough failures the circuit opens and
@@ -108,4 +109,27 @@ func ExampleParseFile() {
 	// breaker config: circuits.mail-send.failureRateTreshold=80: unknown key; did you mean "failureRateThreshold"?
 	// breaker config: circuits.mail-send.waitDurationInOpenState=30: must be a duration string with its unit, like "15s" or "500ms" (a bare number is refused: it could mean seconds or milliseconds)
 	// breaker config: unknown variable CIRCUITBREAKER_SLIDING_WINDOW_SIZ; did you mean CIRCUITBREAKER_SLIDING_WINDOW_SIZE?
+}
+
+// A server that answers 429 or 503 with Retry-After says how long to stay
+// away; OpenFor (or OpenUntil, for an HTTP date) opens the circuit for that
+// long, never longer than Config.OpenUntilCap. breakerhttp and breakergrpc
+// do this when asked to (Transport.RetryAfter, Config.ServerPushback).
+func ExampleBreaker_OpenFor() {
+	clk := manualclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	b, err := breaker.New("account-read", breaker.Config{WaitDurationInOpenState: 30 * time.Second, OpenUntilCap: 2 * time.Minute, Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	b.OpenFor(90 * time.Second) // Retry-After: 90
+	_, err = b.Allow()
+	fmt.Println(err)
+
+	b.Close()
+	b.OpenFor(time.Hour) // Retry-After: 3600, cut to the cap
+	_, err = b.Allow()
+	fmt.Println(err)
+	// Output:
+	// circuit breaker "account-read" is OPEN until 2026-01-01T12:01:30Z
+	// circuit breaker "account-read" is OPEN until 2026-01-01T12:02:00Z
 }

@@ -25,6 +25,8 @@ type Settings struct {
 	PermittedNumberOfCallsInHalfOpenState        *int     `json:"permittedNumberOfCallsInHalfOpenState,omitempty"`
 	MaxWaitDurationInHalfOpenState               *string  `json:"maxWaitDurationInHalfOpenState,omitempty"`
 	AutomaticTransitionFromOpenToHalfOpenEnabled *bool    `json:"automaticTransitionFromOpenToHalfOpenEnabled,omitempty"`
+	// OpenUntilCap is Config.OpenUntilCap (not a Resilience4j property).
+	OpenUntilCap *string `json:"openUntilCap,omitempty"`
 }
 
 // File is a registry's configuration: the kill switch, shared defaults and
@@ -110,6 +112,7 @@ func (s Settings) config(c Config, prefix string) (Config, error) {
 		{fieldSlowDuration, s.SlowCallDurationThreshold, &c.SlowCallDurationThreshold},
 		{fieldOpenWait, s.WaitDurationInOpenState, &c.WaitDurationInOpenState},
 		{fieldHalfOpenMax, s.MaxWaitDurationInHalfOpenState, &c.MaxWaitDurationInHalfOpenState},
+		{fieldOpenUntilCap, s.OpenUntilCap, &c.OpenUntilCap},
 	} {
 		if !set(d.f, d.p != nil) {
 			continue
@@ -216,6 +219,7 @@ func (f *File) envVars() []envSetting {
 		envVar("PERMITTED_NUMBER_OF_CALLS_IN_HALF_OPEN_STATE", "an integer", strconv.Atoi, &d.PermittedNumberOfCallsInHalfOpenState),
 		envVar("MAX_WAIT_DURATION_IN_HALF_OPEN_STATE", "", parseString, &d.MaxWaitDurationInHalfOpenState),
 		envVar("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED", "a boolean", strconv.ParseBool, &d.AutomaticTransitionFromOpenToHalfOpenEnabled),
+		envVar("OPEN_UNTIL_CAP", "", parseString, &d.OpenUntilCap),
 	}
 }
 
