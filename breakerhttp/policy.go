@@ -24,6 +24,9 @@ type Policy struct {
 	// Retry, if set, retries outside the circuit; its Next is ignored (the
 	// circuit is put there).
 	Retry *Retry
+	// RetryAfter opens the circuit for as long as a 429 or 503 says in its
+	// Retry-After header, capped (see Transport.RetryAfter).
+	RetryAfter bool
 	// Base sends requests; nil means http.DefaultTransport. Share one base
 	// (and its connection pool) between the call sites to one service.
 	Base http.RoundTripper
@@ -31,7 +34,7 @@ type Policy struct {
 
 // RoundTripper returns the composed transport.
 func (p Policy) RoundTripper() http.RoundTripper {
-	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify}
+	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify, RetryAfter: p.RetryAfter}
 	if p.Retry != nil {
 		r := *p.Retry
 		r.Next = rt

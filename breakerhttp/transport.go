@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +30,12 @@ type Transport struct {
 	// Classify decides what an attempt means to the circuit; nil means
 	// DefaultClassifier.
 	Classify Classifier
+	// RetryAfter opts into the server's word on when to come back: a 429 or
+	// 503 response with a Retry-After header (seconds or an HTTP date)
+	// opens the circuit until then (Breaker.OpenFor, OpenUntil), never
+	// longer than the breaker's Config.OpenUntilCap. The response itself is
+	// classified and returned as usual; the calls after it fail fast.
+	RetryAfter bool
 }
 
 var errNoBreaker = errors.New("breakerhttp: Transport.Breaker is nil")
@@ -64,6 +73,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	o := classify.outcome(resp, nil)
+	if t.RetryAfter {
+		defer t.honorRetryAfter(resp)
+	}
 	// A success is only known once the body has arrived; a failure or an
 	// ignored response is known now. Bodies that are not plain payloads
 	// (none, or a protocol switch) end the attempt here.
@@ -91,6 +103,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = b
 	return resp, nil
+}
+
+// honorRetryAfter opens the circuit for as long as a 429 or 503 asks.
+// It runs after the attempt's outcome is recorded.
+func (t *Transport) honorRetryAfter(resp *http.Response) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return
+	}
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if v == "" {
+		return
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs > 0 && secs <= math.MaxInt64/int64(time.Second) {
+			t.Breaker.OpenFor(time.Duration(secs) * time.Second)
+		}
+		return
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		t.Breaker.OpenUntil(at)
+	}
 }
 
 // CloseIdleConnections closes the base transport's idle connections, so
