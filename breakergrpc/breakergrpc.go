@@ -15,7 +15,9 @@
 // canceled with a cause does not make the error context.Canceled.
 //
 // An open circuit answers without sending anything, with an error whose
-// gRPC status is Unavailable and that matches breaker.ErrOpen.
+// gRPC status is Unavailable and that matches breaker.ErrOpen. With
+// Config.ServerPushback, a server's RetryInfo or grpc-retry-pushback-ms
+// opens the circuit for as long as it asks, capped.
 //
 // A stream's outcome is recorded when it ends: RecvMsg returning io.EOF
 // (success) or an error, the single response of a client-streaming call,
@@ -27,11 +29,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
@@ -117,6 +124,14 @@ type Config struct {
 	// Classify decides what a call's final error means to the circuit; nil
 	// means DefaultClassifier.
 	Classify Classifier
+	// ServerPushback opts into the server's word on when to come back: a
+	// failed call whose status carries google.rpc.RetryInfo, or whose
+	// trailers carry grpc-retry-pushback-ms (gRFC A6; a negative or
+	// malformed value is ignored), opens the circuit for that long
+	// (Breaker.OpenFor), never longer than the breaker's
+	// Config.OpenUntilCap. The call's own outcome is classified as usual.
+	// It adds a trailer call option to each unary call.
+	ServerPushback bool
 }
 
 func (c Config) classify() Classifier {
@@ -150,6 +165,26 @@ func judge(ctx context.Context, classify Classifier, err error) breaker.Outcome 
 		return breaker.Ignore
 	}
 	return classify(err)
+}
+
+// honorPushback opens b for as long as a failed call's server asked:
+// RetryInfo in the status details first, else the pushback trailer.
+func honorPushback(b *breaker.Breaker, err error, trailer metadata.MD) {
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+				if err := ri.GetRetryDelay().CheckValid(); err == nil {
+					b.OpenFor(ri.GetRetryDelay().AsDuration())
+				}
+				return
+			}
+		}
+	}
+	if v := trailer.Get("grpc-retry-pushback-ms"); len(v) > 0 {
+		if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil && ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+			b.OpenFor(time.Duration(ms) * time.Millisecond)
+		}
+	}
 }
 
 func allow(b *breaker.Breaker) (breaker.Permit, error) {
@@ -188,8 +223,15 @@ func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInter
 		if err != nil {
 			return err
 		}
+		var trailer metadata.MD
+		if cfg.ServerPushback {
+			callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))
+		}
 		err = invoker(ctx, method, req, reply, cc, callOpts...)
 		pm.Done(judge(ctx, classify, err))
+		if cfg.ServerPushback && err != nil {
+			honorPushback(cb, err, trailer)
+		}
 		return err
 	}
 }
@@ -216,6 +258,9 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 			return nil, err
 		}
 		s := &stream{ClientStream: cs, ctx: ctx, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
+		if cfg.ServerPushback {
+			s.pushback = cb
+		}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
@@ -231,6 +276,7 @@ type stream struct {
 	classify      Classifier
 	serverStreams bool
 	stop          atomic.Pointer[func() bool] // releases the context watch
+	pushback      *breaker.Breaker            // set with Config.ServerPushback
 
 	pm breaker.Permit // the first ending decides; later ones record nothing
 }
@@ -242,6 +288,9 @@ func (s *stream) RecvMsg(m any) error {
 		s.finish(breaker.Success)
 	case err != nil:
 		s.finish(judge(s.ctx, s.classify, err))
+		if s.pushback != nil {
+			honorPushback(s.pushback, err, s.Trailer())
+		}
 	case !s.serverStreams:
 		s.finish(breaker.Success) // the one response of a unary-response stream
 	}
