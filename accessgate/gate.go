@@ -155,7 +155,44 @@ type Checker struct {
 	flight singleflight.Group
 	stats  stats
 	log    failureLog
+	// epoch counts invalidations: a lookup that began before one does not
+	// cache its answer, which may predate the revocation.
+	epoch atomic.Uint64
 }
+
+// Invalidate drops the cached decision for (subject, resource), so that
+// the next check asks the permission service: call it when a permission is
+// granted or revoked, instead of letting a revoked allow live its TTL. A
+// lookup already in flight when it is called still answers the checks that
+// were waiting for it, but does not cache that answer, and a check that
+// comes after Invalidate does not join it.
+func (g *Checker) Invalidate(subject, resource string) {
+	g.epoch.Add(1)
+	g.flight.Forget(flightKey(subject, resource))
+	g.flight.Forget(freshKey(subject, resource))
+	g.cache.Invalidate(key{subject, resource})
+}
+
+type freshCtxKey struct{}
+
+// Fresh returns a context whose checks skip the decision cache: each one
+// asks the permission service (sharing a lookup only with other fresh
+// checks of the same pair that are in flight) and caches the answer for the
+// checks that follow. Use it for the requests that must see a revocation at
+// once (changing a password, deleting an account, an administrator's
+// action); the Middleware reads it from the request's context. A fresh
+// check that cannot be answered is unavailable as any other.
+func Fresh(ctx context.Context) context.Context {
+	return context.WithValue(ctx, freshCtxKey{}, true)
+}
+
+func fresh(ctx context.Context) bool {
+	v, _ := ctx.Value(freshCtxKey{}).(bool)
+	return v
+}
+
+// freshKey names the shared lookup of fresh checks of one pair.
+func freshKey(subject, resource string) string { return "fresh:" + flightKey(subject, resource) }
 
 type stats struct {
 	hits, misses                                  atomic.Uint64
@@ -253,12 +290,19 @@ func (g *Checker) Check(ctx context.Context, subject, resource string) error {
 		return ErrNoResource
 	}
 	k := key{subject, resource}
-	if allowed, ok := g.cache.GetIfPresent(k); ok {
-		g.stats.hits.Add(1)
-		return g.decided(allowed)
+	skip := fresh(ctx)
+	if !skip {
+		if allowed, ok := g.cache.GetIfPresent(k); ok {
+			g.stats.hits.Add(1)
+			return g.decided(allowed)
+		}
 	}
 	g.stats.misses.Add(1)
-	ch := g.flight.DoChan(flightKey(subject, resource), func() (any, error) { return g.lookup(k) })
+	fk := flightKey(subject, resource)
+	if skip {
+		fk = freshKey(subject, resource)
+	}
+	ch := g.flight.DoChan(fk, func() (any, error) { return g.lookup(k, skip) })
 	select {
 	case r := <-ch:
 		if r.Err != nil {
@@ -289,12 +333,13 @@ func (g *Checker) decided(allowed bool) error {
 
 // lookup asks the permission service once for every caller waiting on k
 // and caches the decision; a failure is returned and not cached.
-func (g *Checker) lookup(k key) (bool, error) {
+func (g *Checker) lookup(k key, fresh bool) (bool, error) {
 	// A caller that missed just as the previous lookup for k finished
 	// starts a new flight; the decision is already here.
-	if allowed, ok := g.cache.GetIfPresent(k); ok {
+	if allowed, ok := g.cache.GetIfPresent(k); ok && !fresh {
 		return allowed, nil
 	}
+	epoch := g.epoch.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.LookupTimeout)
 	defer cancel()
 	allowed, err := g.bounded(ctx, k)
@@ -325,7 +370,14 @@ func (g *Checker) lookup(k key) (bool, error) {
 	} else {
 		g.stats.lookupDenied.Add(1)
 	}
-	g.cache.Set(k, allowed)
+	if g.epoch.Load() == epoch {
+		g.cache.Set(k, allowed)
+		if g.epoch.Load() != epoch {
+			// An Invalidate came between the check and the Set: it may
+			// have run before the Set, so undo it.
+			g.cache.Invalidate(k)
+		}
+	}
 	return allowed, nil
 }
 
