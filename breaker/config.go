@@ -122,6 +122,9 @@ type Config struct {
 	// Logger receives what the breaker cannot return to a caller: a panic
 	// in an event consumer. Default: slog.Default().
 	Logger *slog.Logger
+
+	// backoff is what a File's backoff settings said, when it set any.
+	backoff *fileBackoff
 }
 
 // Clock supplies the current time; inject one in tests.

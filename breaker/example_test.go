@@ -133,3 +133,20 @@ func ExampleBreaker_OpenFor() {
 	// circuit breaker "account-read" is OPEN until 2026-01-01T12:01:30Z
 	// circuit breaker "account-read" is OPEN until 2026-01-01T12:02:00Z
 }
+
+// Each consecutive opening waits longer: 10s, 20s, 40s, then the bound. In
+// a JSON file the same is enableExponentialBackoff,
+// exponentialBackoffMultiplier and exponentialMaxWaitDurationInOpenState.
+func ExampleExponentialBackoff() {
+	wait := breaker.ExponentialBackoff(10*time.Second, 2, time.Minute)
+	fmt.Println(wait(1), wait(2), wait(3), wait(4))
+
+	f, _ := breaker.ParseFile([]byte(`{"defaults":{"waitDurationInOpenState":"10s",
+	  "enableExponentialBackoff":true,"exponentialBackoffMultiplier":2,"exponentialMaxWaitDurationInOpenState":"1m"}}`))
+	r, _ := f.Registry()
+	fromFile := r.Get("account-read").Config().WaitIntervalFunction
+	fmt.Println(fromFile(1), fromFile(2), fromFile(3), fromFile(4))
+	// Output:
+	// 10s 20s 40s 1m0s
+	// 10s 20s 40s 1m0s
+}

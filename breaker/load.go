@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,21 @@ type Settings struct {
 	AutomaticTransitionFromOpenToHalfOpenEnabled *bool    `json:"automaticTransitionFromOpenToHalfOpenEnabled,omitempty"`
 	// OpenUntilCap is Config.OpenUntilCap (not a Resilience4j property).
 	OpenUntilCap *string `json:"openUntilCap,omitempty"`
+
+	// Backoff of the open wait, with Resilience4j's property names and
+	// defaults: with enableExponentialBackoff each consecutive opening
+	// waits exponentialBackoffMultiplier (default 1.5, at least 1) times
+	// the previous one, starting at waitDurationInOpenState, up to
+	// exponentialMaxWaitDurationInOpenState (default no bound); with
+	// enableRandomizedWait each wait is drawn from ±randomizedWaitFactor
+	// (default 0.5, in [0, 1)) around it. They build
+	// Config.WaitIntervalFunction (ExponentialBackoff,
+	// ExponentialRandomBackoff) from each circuit's own open wait.
+	EnableExponentialBackoff              *bool    `json:"enableExponentialBackoff,omitempty"`
+	ExponentialBackoffMultiplier          *float64 `json:"exponentialBackoffMultiplier,omitempty"`
+	ExponentialMaxWaitDurationInOpenState *string  `json:"exponentialMaxWaitDurationInOpenState,omitempty"`
+	EnableRandomizedWait                  *bool    `json:"enableRandomizedWait,omitempty"`
+	RandomizedWaitFactor                  *float64 `json:"randomizedWaitFactor,omitempty"`
 }
 
 // File is a registry's configuration: the kill switch, shared defaults and
@@ -134,7 +150,60 @@ func (s Settings) config(c Config, prefix string) (Config, error) {
 		}
 	}
 	keys := func(f field) string { return prefix + f.key }
-	return c, c.validate(keys, func(f field) bool { return given[f] })
+	if err := c.validate(keys, func(f field) bool { return given[f] }); err != nil {
+		return c, err
+	}
+	return s.applyBackoff(c, prefix)
+}
+
+// applyBackoff applies s's backoff settings over those c inherited and
+// builds c's wait function from its own open wait.
+func (s Settings) applyBackoff(c Config, prefix string) (Config, error) {
+	fb := fileBackoff{multiplier: defaultBackoffMultiplier, factor: defaultRandomizedFactor}
+	if c.backoff != nil {
+		fb = *c.backoff
+	} else if s.EnableExponentialBackoff == nil && s.EnableRandomizedWait == nil && s.ExponentialBackoffMultiplier == nil &&
+		s.ExponentialMaxWaitDurationInOpenState == nil && s.RandomizedWaitFactor == nil {
+		return c, nil // no backoff from a file: leave WaitIntervalFunction alone
+	}
+	bad := func(key string, v any, reason string) error {
+		return &ConfigError{Field: prefix + key, Value: v, Reason: reason}
+	}
+	if s.EnableExponentialBackoff != nil {
+		fb.exponential = *s.EnableExponentialBackoff
+	}
+	if s.EnableRandomizedWait != nil {
+		fb.randomized = *s.EnableRandomizedWait
+	}
+	if m := s.ExponentialBackoffMultiplier; m != nil {
+		if *m < 1 || math.IsInf(*m, 0) || *m != *m {
+			return c, bad("exponentialBackoffMultiplier", *m, "must be at least 1")
+		}
+		fb.multiplier = *m
+	}
+	if f := s.RandomizedWaitFactor; f != nil {
+		if *f < 0 || *f >= 1 || *f != *f {
+			return c, bad("randomizedWaitFactor", *f, "must be in [0, 1)")
+		}
+		fb.factor = *f
+	}
+	if m := s.ExponentialMaxWaitDurationInOpenState; m != nil {
+		d, err := time.ParseDuration(*m)
+		if err != nil || d <= 0 {
+			return c, bad("exponentialMaxWaitDurationInOpenState", *m, "must be a positive duration like 5m")
+		}
+		fb.max = d
+	}
+	wait := c.WaitDurationInOpenState
+	if wait == 0 {
+		wait = defaultWaitDurationInOpenState
+	}
+	if fb.max > 0 && fb.max < wait && fb.exponential {
+		return c, bad("exponentialMaxWaitDurationInOpenState", fb.max, fmt.Sprintf("must not be shorter than waitDurationInOpenState (%v)", wait))
+	}
+	c.backoff = &fb
+	c.WaitIntervalFunction = fb.interval(wait)
+	return c, nil
 }
 
 // assign copies a setting that is present into dst and marks it given.
@@ -220,6 +289,11 @@ func (f *File) envVars() []envSetting {
 		envVar("MAX_WAIT_DURATION_IN_HALF_OPEN_STATE", "", parseString, &d.MaxWaitDurationInHalfOpenState),
 		envVar("AUTOMATIC_TRANSITION_FROM_OPEN_TO_HALF_OPEN_ENABLED", "a boolean", strconv.ParseBool, &d.AutomaticTransitionFromOpenToHalfOpenEnabled),
 		envVar("OPEN_UNTIL_CAP", "", parseString, &d.OpenUntilCap),
+		envVar("ENABLE_EXPONENTIAL_BACKOFF", "a boolean", strconv.ParseBool, &d.EnableExponentialBackoff),
+		envVar("EXPONENTIAL_BACKOFF_MULTIPLIER", "a number", parseFloat, &d.ExponentialBackoffMultiplier),
+		envVar("EXPONENTIAL_MAX_WAIT_DURATION_IN_OPEN_STATE", "", parseString, &d.ExponentialMaxWaitDurationInOpenState),
+		envVar("ENABLE_RANDOMIZED_WAIT", "a boolean", strconv.ParseBool, &d.EnableRandomizedWait),
+		envVar("RANDOMIZED_WAIT_FACTOR", "a number", parseFloat, &d.RandomizedWaitFactor),
 	}
 }
 
