@@ -92,7 +92,7 @@ func TestBackoffFromAFile(t *testing.T) {
 func TestBackoffSettingsAreValidated(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"defaults":{"enableExponentialBackoff":true,"exponentialBackoffMultiplier":0.5}}`:            "defaults.exponentialBackoffMultiplier=0.5: must be at least 1",
-		`{"circuits":{"m":{"enableRandomizedWait":true,"randomizedWaitFactor":1}}}`:                     "circuits.m.randomizedWaitFactor=1: must be in [0, 1)",
+		`{"circuits":{"m":{"enableRandomizedWait":true,"randomizedWaitFactor":1}}}`:                    "circuits.m.randomizedWaitFactor=1: must be in [0, 1)",
 		`{"defaults":{"exponentialMaxWaitDurationInOpenState":"soon"}}`:                                "defaults.exponentialMaxWaitDurationInOpenState=soon",
 		`{"defaults":{"enableExponentialBackoff":true,"exponentialMaxWaitDurationInOpenState":"10s"}}`: "must not be shorter than waitDurationInOpenState (1m0s)",
 		`{"defaults":{"exponentialMaxWaitDurationInOpenState":60}}`:                                    "bare number is refused",
