@@ -104,11 +104,11 @@ func refreshCoarse() {
 	}
 }
 
-// second is the current second for window bookkeeping: the coarse second
-// for a breaker on the system clock, the injected clock's Unix second
-// otherwise. One breaker uses one scale throughout.
-func (b *Breaker) second() int64 {
-	if b.coarse {
+// second is the current second for the bookkeeping of p's window: the
+// coarse second for a TIME_BASED window on the system clock, the injected
+// clock's Unix second otherwise. One window uses one scale throughout.
+func (b *Breaker) second(p *phase) int64 {
+	if p.coarse {
 		return coarseSecond()
 	}
 	return b.cfg.Clock.Now().Unix()

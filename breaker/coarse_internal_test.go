@@ -16,7 +16,7 @@ func TestOpenWaitIsJudgedOnTheMonotonicClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !b.coarse {
+	if !b.cur.Load().coarse {
 		t.Fatal("a TIME_BASED breaker on the system clock does not use the coarse second")
 	}
 	b.Open()

@@ -150,3 +150,27 @@ func ExampleExponentialBackoff() {
 	// 10s 20s 40s 1m0s
 	// 10s 20s 40s 1m0s
 }
+
+// Update changes a running circuit's settings without losing what its
+// window counted, and says when the window had to start empty; Reload does
+// the same for a whole configuration file.
+func ExampleRegistry_Update() {
+	circuits, _ := breaker.NewRegistry(breaker.Config{WindowSize: 10, MinimumNumberOfCalls: 10}, nil)
+	read := circuits.Get("account-read")
+	for _, o := range []breaker.Outcome{breaker.Success, breaker.Failure, breaker.Failure} {
+		p, _ := read.Allow()
+		p.Done(o)
+	}
+
+	cfg := read.Config()
+	cfg.MinimumNumberOfCalls = 3 // judge sooner: the 3 calls it holds count
+	kept, _ := circuits.Update("account-read", cfg)
+	fmt.Println(kept, read.Metrics().Calls, read.Metrics().FailureRate)
+
+	cfg.WindowSize = 50 // another shape: the window starts empty
+	kept, _ = circuits.Update("account-read", cfg)
+	fmt.Println(kept, read.Metrics().Calls)
+	// Output:
+	// true 3 66.66666666666667
+	// false 0
+}

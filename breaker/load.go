@@ -81,24 +81,36 @@ func ParseFile(data []byte) (File, error) {
 // Registry builds a registry from f, validating every field once. Each
 // circuit's settings apply over the defaults, so a setting that is present
 // wins even when it is a zero value (COUNT_BASED, false).
+// To change a running registry's settings from a file, use
+// Registry.Reload.
 func (f File) Registry() (*Registry, error) {
-	defaults, err := f.Defaults.config(Config{}, "defaults.")
+	defaults, configs, err := f.configs()
 	if err != nil {
 		return nil, err
 	}
-	configs := map[string]Config{}
-	for name, s := range f.Circuits {
-		c, err := s.config(defaults, "circuits."+name+".")
-		if err != nil {
-			return nil, err
-		}
-		configs[name] = c.defaulted()
-	}
-	r := newRegistry(defaults.defaulted(), configs)
+	r := newRegistry(defaults, configs)
 	if f.Enabled != nil && !*f.Enabled {
 		r.SetEnabled(false)
 	}
 	return r, nil
+}
+
+// configs validates f and returns its defaults and per-circuit
+// configurations, defaulted.
+func (f File) configs() (Config, map[string]Config, error) {
+	defaults, err := f.Defaults.config(Config{}, "defaults.")
+	if err != nil {
+		return Config{}, nil, err
+	}
+	configs := map[string]Config{}
+	for _, name := range sortedKeys(f.Circuits) {
+		c, err := f.Circuits[name].config(defaults, "circuits."+name+".")
+		if err != nil {
+			return Config{}, nil, err
+		}
+		configs[name] = c.defaulted()
+	}
+	return defaults.defaulted(), configs, nil
 }
 
 // config applies s over c and validates the result, naming fields by their
