@@ -1,8 +1,10 @@
 package breakerhttp_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,5 +67,34 @@ func TestRetryAfterOpensTheCircuitUntilThen(t *testing.T) {
 				t.Fatal("the open circuit touched the network")
 			}
 		})
+	}
+}
+
+// TestRetryReturnsTheAnswerThatOpenedTheCircuit: with Retry outside, the
+// caller gets the server's 503 and its Retry-After, not an open-circuit
+// error from a retry that could only fail fast.
+func TestRetryReturnsTheAnswerThatOpenedTheCircuit(t *testing.T) {
+	var attempts atomic.Int64
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	b, err := breaker.New("account-read", breaker.Config{MinimumNumberOfCalls: 100, OpenUntilCap: time.Minute, Clock: newClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, breakerhttp.Policy{Breaker: b, Base: base(t), RetryAfter: true,
+		Retry: &breakerhttp.Retry{Attempts: 3, Wait: func(context.Context, time.Duration) error { return nil }}}.RoundTripper())
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("%v, want the server's 503", err)
+	}
+	breakerhttp.DrainClose(resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "30" || attempts.Load() != 1 {
+		t.Fatalf("status %d, Retry-After %q after %d attempts; want 503, 30, 1", resp.StatusCode, resp.Header.Get("Retry-After"), attempts.Load())
+	}
+	if b.State() != breaker.Open {
+		t.Fatalf("state %s, want OPEN", b.State())
 	}
 }

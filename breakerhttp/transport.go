@@ -108,10 +108,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // honorRetryAfter opens the circuit for as long as a 429 or 503 asks.
 // It runs after the attempt's outcome is recorded.
 func (t *Transport) honorRetryAfter(resp *http.Response) {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-		return
-	}
-	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	v := retryAfter(resp)
 	if v == "" {
 		return
 	}
@@ -124,6 +121,14 @@ func (t *Transport) honorRetryAfter(resp *http.Response) {
 	if at, err := http.ParseTime(v); err == nil {
 		t.Breaker.OpenUntil(at)
 	}
+}
+
+// retryAfter is the Retry-After header of a 429 or 503, or "".
+func retryAfter(resp *http.Response) string {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return ""
+	}
+	return strings.TrimSpace(resp.Header.Get("Retry-After"))
 }
 
 // CloseIdleConnections closes the base transport's idle connections, so
