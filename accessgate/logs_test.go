@@ -1,8 +1,12 @@
 package accessgate_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +42,28 @@ func TestAnOpenCircuitIsLoggedAsATransitionAndSummaries(t *testing.T) {
 	lines = strings.Split(strings.TrimSpace(f.logs.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[2], "answer again") || !strings.Contains(lines[2], `"level":"INFO"`) {
 		t.Fatalf("after recovery: want one info line:\n%s", f.logs.String())
+	}
+}
+
+// TestAnEmptyResourceIsLoggedOnce: a middleware guarding no resource
+// refuses every request; it says so once, not once per request.
+func TestAnEmptyResourceIsLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	g, err := accessgate.New(accessgate.Config{Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil)),
+		Lookup: accessgate.LookupFunc(func(context.Context, string, string) (bool, error) { return true, nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h := g.Middleware("", func(*http.Request) (string, bool) { return "alice", true })(http.NotFoundHandler())
+	for range 50 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if rec.Code != http.StatusInternalServerError {
+			t.Fatalf("status %d, want 500", rec.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "empty resource"); n != 1 {
+		t.Fatalf("%d lines for 50 requests, want 1:\n%s", n, logs.String())
 	}
 }
