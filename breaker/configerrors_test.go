@@ -77,4 +77,7 @@ func TestUnknownEnvironmentVariablesAreReported(t *testing.T) {
 	if f.Defaults.FailureRateThreshold == nil || *f.Defaults.FailureRateThreshold != 80 || *f.Defaults.SlidingWindowType != "TIME_BASED" {
 		t.Fatalf("settings %+v", f.Defaults)
 	}
+	if err := f.ApplyEnviron("", []string{"PATH=/bin"}); err == nil {
+		t.Fatal("an empty prefix was accepted")
+	}
 }

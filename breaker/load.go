@@ -249,6 +249,9 @@ func (f *File) ApplyEnv(prefix string, lookup func(string) (string, bool)) error
 // typo such as CIRCUITBREAKER_FAILURE_RATE_TRESHOLD is not silently
 // ignored). Give the breaker settings a prefix of their own.
 func (f *File) ApplyEnviron(prefix string, environ []string) error {
+	if prefix == "" {
+		return errors.New("breaker config: ApplyEnviron needs a prefix (CIRCUITBREAKER): every variable would be under an empty one")
+	}
 	vals := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
