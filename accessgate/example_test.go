@@ -1,6 +1,7 @@
 package accessgate_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,4 +62,31 @@ func ExampleChecker_Middleware() {
 	// bob: 403 {"code":"SERVICE_ACCESS_DENIED","message":"you do not have access to orders"}
 	// alice: 200 orders of alice
 	// carol: 503 {"code":"SERVICE_ACCESS_UNAVAILABLE","message":"access to orders cannot be checked right now; retry later"}
+}
+
+// When a permission is revoked, Invalidate drops the cached allow so the
+// next check asks again; a request that must see a revocation at once
+// checks on a Fresh context and skips the cache.
+func ExampleChecker_Invalidate() {
+	var revoked atomic.Bool
+	lookup := accessgate.LookupFunc(func(_ context.Context, subject, resource string) (bool, error) {
+		return subject == "alice" && !revoked.Load(), nil
+	})
+	g, _ := accessgate.New(accessgate.Config{Lookup: lookup})
+	defer g.Close()
+	ctx := context.Background()
+
+	fmt.Println(g.Check(ctx, "alice", "orders")) // asked, allow cached for 60s
+	revoked.Store(true)
+	fmt.Println(g.Check(ctx, "alice", "orders")) // the cached allow
+	fmt.Println(g.Check(accessgate.Fresh(ctx), "alice", "orders"))
+
+	revoked.Store(false)
+	g.Invalidate("alice", "orders") // granted again: drop the cached deny
+	fmt.Println(g.Check(ctx, "alice", "orders"))
+	// Output:
+	// <nil>
+	// <nil>
+	// accessgate: access denied
+	// <nil>
 }

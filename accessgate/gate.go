@@ -27,6 +27,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,8 @@ const (
 	// that no wait fixes; allowing on them would open the gate for good,
 	// silently, from the first deploy. They are refused (503) and logged at
 	// error level even on a fail-open gate. An empty subject or resource is
-	// never allowed either.
+	// never allowed either, and neither is a caller whose own context ended
+	// before the answer came (it gave up; the answer may be a deny).
 	AllowWhenUnavailable
 )
 
@@ -92,7 +95,10 @@ type Config struct {
 	LookupTimeout time.Duration
 	// WhenUnavailable: RejectWhenUnavailable (default) or AllowWhenUnavailable.
 	WhenUnavailable WhenUnavailable
-	// Logger receives one line per failed lookup; never tokens or bodies.
+	// Logger receives the failed lookups, never tokens or bodies: a line
+	// when the kind of failure changes (the first timeout, the circuit
+	// opening, a 403), at most one more every 10s while it goes on, with
+	// how many failures it stands for, and one when lookups answer again.
 	// Default slog.Default().
 	Logger *slog.Logger
 	// Clock supplies time for the cache and Retry-After; default the system
@@ -122,8 +128,10 @@ type UnavailableError struct {
 	// open wait, or one second.
 	RetryAfter time.Duration
 	// Misconfigured: the permission service rejected the check itself (a
-	// 3xx or 4xx: a bad internal secret, a moved or wrong URL) or answered
-	// something that is not a decision, which no retry fixes.
+	// 3xx or 4xx: a bad internal secret, a moved or wrong URL), answered
+	// something that is not a decision, the request for the check could not
+	// be built (see HTTPLookup), or the Lookup panicked (a bug):
+	// no retry fixes it, and a fail-open gate refuses it too.
 	Misconfigured bool
 }
 
@@ -146,7 +154,45 @@ type Checker struct {
 	cache  *otter.Cache[key, bool]
 	flight singleflight.Group
 	stats  stats
+	log    failureLog
+	// epoch counts invalidations: a lookup that began before one does not
+	// cache its answer, which may predate the revocation.
+	epoch atomic.Uint64
 }
+
+// Invalidate drops the cached decision for (subject, resource), so that
+// the next check asks the permission service: call it when a permission is
+// granted or revoked, instead of letting a revoked allow live its TTL. A
+// lookup already in flight when it is called still answers the checks that
+// were waiting for it, but does not cache that answer, and a check that
+// comes after Invalidate does not join it.
+func (g *Checker) Invalidate(subject, resource string) {
+	g.epoch.Add(1)
+	g.flight.Forget(flightKey(subject, resource))
+	g.flight.Forget(freshKey(subject, resource))
+	g.cache.Invalidate(key{subject, resource})
+}
+
+type freshCtxKey struct{}
+
+// Fresh returns a context whose checks skip the decision cache: each one
+// asks the permission service (sharing a lookup only with other fresh
+// checks of the same pair that are in flight) and caches the answer for the
+// checks that follow. Use it for the requests that must see a revocation at
+// once (changing a password, deleting an account, an administrator's
+// action); the Middleware reads it from the request's context. A fresh
+// check that cannot be answered is unavailable as any other.
+func Fresh(ctx context.Context) context.Context {
+	return context.WithValue(ctx, freshCtxKey{}, true)
+}
+
+func fresh(ctx context.Context) bool {
+	v, _ := ctx.Value(freshCtxKey{}).(bool)
+	return v
+}
+
+// freshKey names the shared lookup of fresh checks of one pair.
+func freshKey(subject, resource string) string { return "fresh:" + flightKey(subject, resource) }
 
 type stats struct {
 	hits, misses                                  atomic.Uint64
@@ -159,6 +205,11 @@ type stats struct {
 func New(cfg Config) (*Checker, error) {
 	if cfg.Lookup == nil {
 		return nil, errors.New("accessgate: Config.Lookup is required")
+	}
+	if l, ok := cfg.Lookup.(*HTTPLookup); ok {
+		if err := l.validate(); err != nil {
+			return nil, fmt.Errorf("accessgate: Config.Lookup: %w", err)
+		}
 	}
 	for _, d := range []struct {
 		name string
@@ -239,21 +290,28 @@ func (g *Checker) Check(ctx context.Context, subject, resource string) error {
 		return ErrNoResource
 	}
 	k := key{subject, resource}
-	if allowed, ok := g.cache.GetIfPresent(k); ok {
-		g.stats.hits.Add(1)
-		return g.decided(allowed)
+	skip := fresh(ctx)
+	if !skip {
+		if allowed, ok := g.cache.GetIfPresent(k); ok {
+			g.stats.hits.Add(1)
+			return g.decided(allowed)
+		}
 	}
 	g.stats.misses.Add(1)
-	ch := g.flight.DoChan(flightKey(subject, resource), func() (any, error) { return g.lookup(k) })
+	fk := flightKey(subject, resource)
+	if skip {
+		fk = freshKey(subject, resource)
+	}
+	ch := g.flight.DoChan(fk, func() (any, error) { return g.lookup(k, skip) })
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return g.unavailable(r.Err)
+			return g.unavailable(ctx, r.Err)
 		}
 		return g.decided(r.Val.(bool))
 	case <-ctx.Done():
 		// This caller left; the shared lookup goes on for the others.
-		return g.unavailable(ctx.Err())
+		return g.unavailable(ctx, ctx.Err())
 	}
 }
 
@@ -275,35 +333,51 @@ func (g *Checker) decided(allowed bool) error {
 
 // lookup asks the permission service once for every caller waiting on k
 // and caches the decision; a failure is returned and not cached.
-func (g *Checker) lookup(k key) (bool, error) {
+func (g *Checker) lookup(k key, fresh bool) (bool, error) {
 	// A caller that missed just as the previous lookup for k finished
 	// starts a new flight; the decision is already here.
-	if allowed, ok := g.cache.GetIfPresent(k); ok {
+	if allowed, ok := g.cache.GetIfPresent(k); ok && !fresh {
 		return allowed, nil
 	}
+	epoch := g.epoch.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.LookupTimeout)
 	defer cancel()
 	allowed, err := g.bounded(ctx, k)
 	if err != nil {
+		var pe *panicError
+		if errors.As(err, &pe) {
+			g.stats.lookupMisconfigured.Add(1)
+			g.log.failed(g, slog.LevelError, "accessgate: the lookup panicked; the check is refused (503). This is a bug in the Lookup",
+				describe(err), "resource", k.resource, "error", describe(err), "panic", pe.describe(), "stack", pe.stack)
+			return false, err
+		}
 		if misconfigured(err) {
 			g.stats.lookupMisconfigured.Add(1)
-			attrs := []any{"gate", g.cfg.Name, "resource", k.resource, "error", describe(err)}
+			attrs := []any{"resource", k.resource, "error", describe(err)}
 			if se := (*StatusError)(nil); errors.As(err, &se) {
 				attrs = append(attrs, "status", se.Code)
 			}
-			g.cfg.Logger.Error("accessgate: the permission service rejected the check or answered something that is not a decision; this is a configuration problem (credentials, URL, response format), not a denial", attrs...)
+			g.log.failed(g, slog.LevelError, "accessgate: the permission service rejected the check or answered something that is not a decision; this is a configuration problem (credentials, URL, response format), not a denial", describe(err), attrs...)
 		} else {
 			g.stats.lookupFailed.Add(1)
-			g.cfg.Logger.Warn("accessgate: access check unavailable", "gate", g.cfg.Name, "resource", k.resource, "error", describe(err))
+			g.log.failed(g, slog.LevelWarn, "accessgate: access check unavailable", describe(err), "resource", k.resource, "error", describe(err))
 		}
 		return false, err
 	}
+	g.log.succeeded(g)
 	if allowed {
 		g.stats.lookupAllowed.Add(1)
 	} else {
 		g.stats.lookupDenied.Add(1)
 	}
-	g.cache.Set(k, allowed)
+	if g.epoch.Load() == epoch {
+		g.cache.Set(k, allowed)
+		if g.epoch.Load() != epoch {
+			// An Invalidate came between the check and the Set: it may
+			// have run before the Set, so undo it.
+			g.cache.Invalidate(k)
+		}
+	}
 	return allowed, nil
 }
 
@@ -317,6 +391,13 @@ func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 	}
 	done := make(chan answer, 1)
 	go func() {
+		// A panic here would end the process: no caller's recover reaches
+		// this goroutine. It is a failed check instead.
+		defer func() {
+			if v := recover(); v != nil {
+				done <- answer{false, &panicError{value: v, stack: string(debug.Stack())}}
+			}
+		}()
 		allowed, err := g.cfg.Lookup.Check(ctx, k.subject, k.resource)
 		done <- answer{allowed, err}
 	}()
@@ -336,11 +417,37 @@ func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 // decision.
 func misconfigured(err error) bool {
 	var se *StatusError
-	return errors.Is(err, errBadAnswer) || (errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
+	return errors.Is(err, errBadAnswer) || errors.Is(err, errLookupPanicked) || errors.Is(err, errBadRequest) ||
+		(errors.As(err, &se) && se.Code >= 300 && se.Code < 500)
 }
 
-func (g *Checker) unavailable(cause error) error {
-	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) {
+// errLookupPanicked is matched by the error of a Lookup that panicked.
+var errLookupPanicked = errors.New("accessgate: the lookup panicked")
+
+// panicError is a Lookup's panic, recovered on the lookup's goroutine.
+type panicError struct {
+	value any
+	stack string
+}
+
+func (e *panicError) Error() string        { return errLookupPanicked.Error() }
+func (e *panicError) Is(target error) bool { return target == errLookupPanicked }
+
+// describe names the panic for the log: a runtime error's text (a nil map,
+// an index out of range) carries no data, any other value only its type.
+func (e *panicError) describe() string {
+	if re, ok := e.value.(runtime.Error); ok {
+		return re.Error()
+	}
+	return fmt.Sprintf("panic(%T)", e.value)
+}
+
+// unavailable answers a check whose decision is unknown. A fail-open gate
+// allows only when the service could not answer: never on a
+// misconfiguration, and never for a caller whose own context ended (it gave
+// up, or ran out of its time; the service may be about to deny).
+func (g *Checker) unavailable(ctx context.Context, cause error) error {
+	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) && ctx.Err() == nil {
 		g.stats.allowedFailOpen.Add(1)
 		return nil
 	}
@@ -366,6 +473,10 @@ func describe(err error) string {
 		return "none"
 	case errors.Is(err, breaker.ErrOpen):
 		return "circuit open"
+	case errors.Is(err, errLookupPanicked):
+		return "lookup panicked"
+	case errors.Is(err, errBadRequest):
+		return "request cannot be built"
 	case errors.As(err, &se):
 		return fmt.Sprintf("status %d", se.Code)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -381,5 +492,5 @@ func describe(err error) string {
 	case errors.Is(err, errBadAnswer):
 		return "unreadable answer"
 	}
-	return fmt.Sprintf("%T", err)
+	return "unclassified error" // a Lookup's own error: its text may carry identifiers
 }

@@ -39,17 +39,68 @@ var errBadAnswer = errors.New("accessgate: the permission service's answer is no
 // 3xx is a configuration problem (see StatusError), and no request, with
 // its headers (an internal secret, Authorization), goes anywhere but where
 // Request pointed it.
+//
+// New refuses an HTTPLookup without Client or Request, and one whose
+// Request cannot build a request to an absolute http or https URL: it calls
+// Request once, with a placeholder subject and resource, without sending
+// anything. A request that cannot be built at check time is a
+// misconfiguration too (never allowed by a fail-open gate).
 type HTTPLookup struct {
 	// Client sends the request. Required.
 	Client *http.Client
 	// Request builds the request for one check. Required; Query builds the
-	// common shape.
+	// common shape. It must not have side effects: New calls it once to
+	// check it.
 	Request func(ctx context.Context, subject, resource string) (*http.Request, error)
+}
+
+// errBadRequest is matched by the error of a check whose request could not
+// be built: no retry fixes that.
+var errBadRequest = errors.New("accessgate: the permission check's request cannot be built")
+
+// requestError is a request that could not be built, and why.
+type requestError struct{ cause error }
+
+func (e *requestError) Error() string        { return errBadRequest.Error() + ": " + e.cause.Error() }
+func (e *requestError) Is(target error) bool { return target == errBadRequest }
+func (e *requestError) Unwrap() error        { return e.cause }
+
+// validate is New's check of l (see HTTPLookup).
+func (l *HTTPLookup) validate() error {
+	switch {
+	case l.Client == nil:
+		return errors.New("HTTPLookup.Client is required")
+	case l.Request == nil:
+		return errors.New("HTTPLookup.Request is required (accessgate.Query builds the common one)")
+	}
+	if _, err := l.build(context.Background(), "accessgate-config-check", "accessgate-config-check"); err != nil {
+		return fmt.Errorf("HTTPLookup.Request: %w", err.(*requestError).cause)
+	}
+	return nil
+}
+
+// build calls Request and checks what it built; an error is a
+// *requestError.
+func (l *HTTPLookup) build(ctx context.Context, subject, resource string) (*http.Request, error) {
+	if l.Client == nil || l.Request == nil {
+		return nil, &requestError{errors.New("HTTPLookup needs Client and Request")}
+	}
+	req, err := l.Request(ctx, subject, resource)
+	switch {
+	case err != nil:
+		return nil, &requestError{err}
+	case req == nil || req.URL == nil:
+		return nil, &requestError{errors.New("no request")}
+	case (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "":
+		return nil, &requestError{fmt.Errorf("%q is not an absolute http or https URL", req.URL.Redacted())}
+	}
+	return req, nil
 }
 
 // Query returns a Request builder for GET base?subject=S&resource=R with
 // the given headers (for example an internal secret; it is never logged).
-// A base that does not parse fails every check, with the parse error.
+// A base that does not parse fails every check, with the parse error, and
+// New refuses the HTTPLookup that uses it.
 func Query(base string, header http.Header) func(ctx context.Context, subject, resource string) (*http.Request, error) {
 	u, perr := url.Parse(base)
 	if perr != nil {
@@ -94,10 +145,7 @@ const AnswerLimit = 16 << 10
 // key in another case ("Allowed", "ALLOWED"), a duplicate key, a string
 // "true", an HTML error page served with 200.
 func (l *HTTPLookup) Check(ctx context.Context, subject, resource string) (bool, error) {
-	if l.Client == nil || l.Request == nil {
-		return false, errors.New("accessgate: HTTPLookup needs Client and Request")
-	}
-	req, err := l.Request(ctx, subject, resource)
+	req, err := l.build(ctx, subject, resource)
 	if err != nil {
 		return false, err
 	}

@@ -25,8 +25,13 @@ const (
 // an allow. A denial answers 403 SERVICE_ACCESS_DENIED; an unknown decision
 // answers 503 SERVICE_ACCESS_UNAVAILABLE with Retry-After; a request
 // without a subject, or whose subject is empty, answers 401; an empty
-// resource (a programming error) answers 500 INTERNAL_ERROR and is logged.
+// resource (a programming error) answers 500 INTERNAL_ERROR, and is logged
+// once, when the middleware is made.
 func (g *Checker) Middleware(resource string, subject Subject) func(http.Handler) http.Handler {
+	if resource == "" {
+		// Once, where the mistake is made, not once per refused request.
+		g.cfg.Logger.Error("accessgate: Middleware guards an empty resource; every request is refused", "gate", g.cfg.Name)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, ok := subject(r)
@@ -41,7 +46,6 @@ func (g *Checker) Middleware(resource string, subject Subject) func(http.Handler
 			case errors.Is(err, ErrUnauthenticated):
 				writeJSON(w, http.StatusUnauthorized, CodeUnauthenticated, "authentication required")
 			case errors.Is(err, ErrNoResource):
-				g.cfg.Logger.Error("accessgate: Middleware guards an empty resource; every request is refused", "gate", g.cfg.Name)
 				writeJSON(w, http.StatusInternalServerError, CodeInternal, "access cannot be checked")
 			case errors.Is(err, ErrDenied):
 				writeJSON(w, http.StatusForbidden, CodeDenied, "you do not have access to "+resource)

@@ -47,14 +47,19 @@ func (e *OpenError) Is(target error) bool { return target == ErrOpen }
 // never reused, so a permit can tell whether its generation is still current
 // by pointer comparison.
 type phase struct {
-	state     State
-	since     time.Time
-	openUntil time.Time // OPEN: when trial calls are allowed
-	untilSec  int64     // openUntil's Unix second, for the coarse check
-	rejection *OpenError
-	attempt   int    // consecutive openings, for backoff
-	window    window // CLOSED and METRICS_ONLY
-	opener    *phase // OPEN: the phase whose numbers opened it, for Metrics
+	// cfg is the configuration the phase was made under; timed and coarse
+	// are derived from it (see Breaker.timed, Breaker.coarse of old). A
+	// Registry.Update starts a new phase, so one phase never sees two.
+	cfg           *Config
+	timed, coarse bool
+	state         State
+	since         time.Time
+	openUntil     time.Time // OPEN: when trial calls are allowed
+	untilSec      int64     // openUntil's coarse (monotonic) second, for the fast check
+	rejection     *OpenError
+	attempt       int    // consecutive openings, for backoff
+	window        window // CLOSED and METRICS_ONLY
+	opener        *phase // OPEN: the phase whose numbers opened it, for Metrics
 
 	// METRICS_ONLY: whether each rate was at or above its threshold at the
 	// last check, so that a crossing is reported once.
@@ -70,15 +75,15 @@ type phase struct {
 // Breaker is one circuit. It is safe for concurrent use.
 type Breaker struct {
 	name string
+	// cfg is the configuration the breaker was built with; only its Clock,
+	// Logger and OnEvent are used after construction (they never change).
+	// The current settings are conf; each phase keeps the ones it was made
+	// under.
 	cfg  Config
-	// coarse: the clock is the system clock, so TIME_BASED windows may read
-	// the process-wide coarse second instead of calling time.Now per call.
-	coarse bool
-	// timed: slow calls are tracked or durations recorded, so permits carry
-	// their start time, measured from base (which keeps the monotonic clock
-	// reading).
-	timed bool
-	base  time.Time
+	conf atomic.Pointer[Config]
+	// base is when the breaker was built: permits of timed phases carry
+	// their start measured from it (which keeps the monotonic reading).
+	base time.Time
 	// counting: Totals are kept (EnableTotals, or timed by request).
 	counting atomic.Bool
 
@@ -101,9 +106,8 @@ func New(name string, cfg Config) (*Breaker, error) {
 
 // newBreaker builds a breaker from a validated, defaulted configuration.
 func newBreaker(name string, c Config) *Breaker {
-	_, system := c.Clock.(systemClock)
-	b := &Breaker{name: name, cfg: c, coarse: system && c.WindowType == TimeBased,
-		timed: c.SlowCallDurationThreshold > 0 || c.RecordCallDurations, base: c.Clock.Now()}
+	b := &Breaker{name: name, cfg: c, base: c.Clock.Now()}
+	b.conf.Store(&c)
 	if c.RecordCallDurations {
 		b.counting.Store(true)
 	}
@@ -117,8 +121,20 @@ func newBreaker(name string, c Config) *Breaker {
 // Name returns the circuit's name.
 func (b *Breaker) Name() string { return b.name }
 
-// Config returns the configuration with defaults applied.
-func (b *Breaker) Config() Config { return b.cfg }
+// Config returns the configuration with defaults applied: the one given to
+// New, or to the last Registry.Update.
+func (b *Breaker) Config() Config { return *b.conf.Load() }
+
+// timed: slow calls are tracked or durations recorded, so permits carry
+// their start time.
+func timed(c *Config) bool { return c.SlowCallDurationThreshold > 0 || c.RecordCallDurations }
+
+// usesCoarse: the clock is the system clock, so TIME_BASED windows may read the
+// process-wide coarse second instead of calling time.Now per call.
+func usesCoarse(c *Config) bool {
+	_, system := c.Clock.(systemClock)
+	return system && c.WindowType == TimeBased
+}
 
 // State returns the current state. With AutomaticTransitionFromOpenToHalfOpen
 // an OPEN circuit whose wait has passed moves to HALF_OPEN here; a HALF_OPEN
@@ -131,11 +147,11 @@ func (b *Breaker) State() State {
 func (b *Breaker) settle(p *phase, now time.Time) *phase {
 	switch p.state {
 	case Open:
-		if b.cfg.AutomaticTransitionFromOpenToHalfOpen && !now.Before(p.openUntil) {
+		if p.cfg.AutomaticTransitionFromOpenToHalfOpen && !now.Before(p.openUntil) {
 			return b.transition(p, HalfOpen, now, nil)
 		}
 	case HalfOpen:
-		if w := b.cfg.MaxWaitDurationInHalfOpenState; w > 0 && now.Sub(p.since) >= w {
+		if w := p.cfg.MaxWaitDurationInHalfOpenState; w > 0 && now.Sub(p.since) >= w {
 			return b.transition(p, Open, now, nil)
 		}
 	}
@@ -159,7 +175,7 @@ type Permit struct {
 // load: no lock, no allocation, no clock.
 func (b *Breaker) Allow() (Permit, error) {
 	p := b.cur.Load()
-	if p.state == Closed && !b.timed {
+	if p.state == Closed && !p.timed {
 		return Permit{b: b, p: p}, nil
 	}
 	return b.allow(p)
@@ -177,7 +193,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 		// (or starts it again), so the second never freezes under a caller
 		// that waits for the circuit: the wait ends on time whatever else
 		// the process does.
-		if b.coarse && coarseSecond() < p.untilSec-1 {
+		if p.coarse && coarseSecond() < p.untilSec-1 {
 			return b.reject(p)
 		}
 	}
@@ -194,7 +210,7 @@ func (b *Breaker) allow(p *phase) (Permit, error) {
 				p = q
 				continue
 			}
-			limit := int32(b.cfg.PermittedNumberOfCallsInHalfOpenState)
+			limit := int32(p.cfg.PermittedNumberOfCallsInHalfOpenState)
 			for {
 				n := p.permits.Load()
 				if n >= limit {
@@ -220,7 +236,7 @@ func (b *Breaker) reject(p *phase) (Permit, error) {
 
 func (b *Breaker) permit(p *phase) Permit {
 	var start time.Duration
-	if b.timed && p.state != Disabled {
+	if p.timed && p.state != Disabled {
 		start = b.cfg.Clock.Now().Sub(b.base)
 	}
 	return Permit{b: b, p: p, start: start}
@@ -241,13 +257,13 @@ func (pm *Permit) Done(o Outcome) {
 		return
 	}
 	slow := false
-	if b.timed {
+	if p.timed {
 		end := b.cfg.Clock.Now().Sub(b.base)
 		elapsed := end - pm.start
 		if b.counting.Load() {
 			b.totals.record(o, elapsed, end)
 		}
-		slow = b.cfg.SlowCallDurationThreshold > 0 && elapsed > b.cfg.SlowCallDurationThreshold
+		slow = p.cfg.SlowCallDurationThreshold > 0 && elapsed > p.cfg.SlowCallDurationThreshold
 	} else if b.counting.Load() {
 		b.totals.count(o)
 	}
@@ -267,8 +283,8 @@ func (pm *Permit) Done(o Outcome) {
 	switch p.state {
 	case Closed, MetricsOnly:
 		var sec int64 // count windows need no time
-		if b.cfg.WindowType == TimeBased {
-			sec = b.second()
+		if p.cfg.WindowType == TimeBased {
+			sec = b.second(p)
 		}
 		if o == Success && !slow && p.window.success(sec) {
 			return // a fast success that cannot raise a rate: no check
@@ -281,7 +297,7 @@ func (pm *Permit) Done(o Outcome) {
 		if slow {
 			p.slow.Add(1)
 		}
-		if p.done.Add(1) == int32(b.cfg.PermittedNumberOfCallsInHalfOpenState) {
+		if p.done.Add(1) == int32(p.cfg.PermittedNumberOfCallsInHalfOpenState) {
 			b.decideHalfOpen(p, b.cfg.Clock.Now())
 		}
 	}
@@ -301,7 +317,7 @@ func (b *Breaker) record(p *phase, sec int64, o Outcome, slow bool) {
 // DoneErr classifies err with the breaker's classifier and records it.
 func (pm *Permit) DoneErr(err error) {
 	if pm.b != nil && atomic.LoadUint32(&pm.done) == 0 {
-		pm.Done(pm.b.cfg.Classifier(err))
+		pm.Done(pm.p.cfg.Classifier(err))
 	}
 }
 
@@ -311,9 +327,9 @@ type percentages struct {
 	Failure, SlowCall float64
 }
 
-func (b *Breaker) rates(c *counts) percentages {
+func rates(cfg *Config, c *counts) percentages {
 	r := percentages{Failure: -1, SlowCall: -1}
-	min := max(int64(b.cfg.MinimumNumberOfCalls), 1)
+	min := max(int64(cfg.MinimumNumberOfCalls), 1)
 	if c.calls >= min {
 		r.Failure = 0
 		if c.failures > 0 {
@@ -330,8 +346,8 @@ func (b *Breaker) rates(c *counts) percentages {
 }
 
 // exceeded reports which thresholds r reaches.
-func (b *Breaker) exceeded(r percentages) (failing, slow bool) {
-	return r.Failure >= b.cfg.FailureRateThreshold, r.SlowCall >= b.cfg.SlowCallRateThreshold
+func exceeded(cfg *Config, r percentages) (failing, slow bool) {
+	return r.Failure >= cfg.FailureRateThreshold, r.SlowCall >= cfg.SlowCallRateThreshold
 }
 
 // check acts on the counts a record returned, which include that record and
@@ -342,15 +358,15 @@ func (b *Breaker) check(p *phase, c *counts) {
 	if c.failures == 0 && c.slow == 0 && p.state == Closed {
 		return // no rate can be above a threshold (both are > 0)
 	}
-	if c.lower && (c.calls < int64(b.cfg.MinimumNumberOfCalls) || !b.clearlyBelow(c)) {
+	if c.lower && (c.calls < int64(p.cfg.MinimumNumberOfCalls) || !clearlyBelow(p.cfg, c)) {
 		// The bound cannot rule a crossing out: count the successes.
 		p.window.exact(c)
 	}
-	if p.state == Closed && b.clearlyBelow(c) {
+	if p.state == Closed && clearlyBelow(p.cfg, c) {
 		return
 	}
-	r := b.rates(c)
-	failing, slow := b.exceeded(r)
+	r := rates(p.cfg, c)
+	failing, slow := exceeded(p.cfg, r)
 	if p.state == MetricsOnly {
 		b.reportCrossings(p, r, failing, slow)
 		return
@@ -363,10 +379,10 @@ func (b *Breaker) check(p *phase, c *counts) {
 // clearlyBelow reports, without dividing, that both rates are below their
 // thresholds by more than rounding could move them. It decides nothing
 // else: near a threshold, rates and exceeded compare exactly.
-func (b *Breaker) clearlyBelow(c *counts) bool {
+func clearlyBelow(cfg *Config, c *counts) bool {
 	const margin = 1 - 1e-9
-	return float64(c.failures)*100 < b.cfg.FailureRateThreshold*float64(c.calls)*margin &&
-		float64(c.slow)*100 < b.cfg.SlowCallRateThreshold*float64(c.slowCalls)*margin
+	return float64(c.failures)*100 < cfg.FailureRateThreshold*float64(c.calls)*margin &&
+		float64(c.slow)*100 < cfg.SlowCallRateThreshold*float64(c.slowCalls)*margin
 }
 
 // reportCrossings publishes a rate-exceeded event when a rate reaches its
@@ -397,9 +413,9 @@ func (b *Breaker) reportCrossings(p *phase, r percentages, failing, slow bool) {
 
 // decideHalfOpen closes or reopens after the last trial call.
 func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
-	n := float64(b.cfg.PermittedNumberOfCallsInHalfOpenState)
+	n := float64(p.cfg.PermittedNumberOfCallsInHalfOpenState)
 	r := percentages{Failure: float64(p.failures.Load()) * 100 / n, SlowCall: float64(p.slow.Load()) * 100 / n}
-	if failing, slow := b.exceeded(r); failing || slow {
+	if failing, slow := exceeded(p.cfg, r); failing || slow {
 		b.transition(p, Open, now, &r)
 		return
 	}
@@ -414,6 +430,18 @@ func (b *Breaker) decideHalfOpen(p *phase, now time.Time) {
 // they are reported on the event, and an opening they caused is preceded by
 // a rate-exceeded event for each rate at or above its threshold.
 func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentages) *phase {
+	next := b.queue(from, to, now, r)
+	b.drain()
+	return next
+}
+
+// queueTransition makes a manual transition to state to and queues its
+// event without delivering it: the caller, which holds a lock of its own,
+// calls drain once it has released it.
+func (b *Breaker) queueTransition(to State) { b.queue(nil, to, b.cfg.Clock.Now(), nil) }
+
+// queue is transition without the delivery of the events it queues.
+func (b *Breaker) queue(from *phase, to State, now time.Time, r *percentages) *phase {
 	b.mu.Lock()
 	cur := b.cur.Load()
 	if from != nil && cur != from {
@@ -426,7 +454,7 @@ func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentage
 	if r != nil {
 		ev.FailureRate, ev.SlowCallRate = r.Failure, r.SlowCall
 		if to == Open && cur.state == Closed {
-			failing, slow := b.exceeded(*r)
+			failing, slow := exceeded(cur.cfg, *r)
 			if failing {
 				b.events.push(Event{Breaker: b.name, Type: EventFailureRateExceeded, From: cur.state, To: cur.state, At: now, FailureRate: r.Failure, SlowCallRate: r.SlowCall})
 			}
@@ -439,15 +467,15 @@ func (b *Breaker) transition(from *phase, to State, now time.Time, r *percentage
 		b.events.push(ev)
 	}
 	b.mu.Unlock()
-	b.drain()
 	return next
 }
 
 func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
-	p := &phase{state: s, since: now}
+	cfg := b.conf.Load()
+	p := &phase{cfg: cfg, timed: timed(cfg), coarse: usesCoarse(cfg), state: s, since: now}
 	switch s {
 	case Closed, MetricsOnly:
-		p.window = newWindow(b.cfg)
+		p.window = newWindow(*cfg)
 	case Open:
 		p.attempt = 1
 		if prev != nil && prev.state == HalfOpen {
@@ -456,9 +484,7 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 		if prev != nil && (prev.window.held() || prev.state == HalfOpen) {
 			p.opener = prev
 		}
-		p.openUntil = now.Add(b.openWait(p.attempt))
-		p.untilSec = p.openUntil.Unix()
-		p.rejection = &OpenError{Breaker: b.name, State: Open, Until: p.openUntil}
+		b.setOpenUntil(p, now.Add(b.openWait(p.attempt)))
 	case HalfOpen:
 		if prev != nil {
 			p.attempt = prev.attempt
@@ -470,13 +496,68 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 	return p
 }
 
+// OpenUntil opens the circuit until t, as a server asks with Retry-After
+// (429, 503) or gRPC's RetryInfo and pushback: trial calls are allowed
+// again at t, or after Config.OpenUntilCap from now if that is sooner. A
+// CLOSED or HALF_OPEN circuit opens (publishing the transition, counting an
+// opening for backoff as a failed trial does); an OPEN one stays open until
+// the later of its wait and t, in a new generation; a t that is not in the
+// future does nothing. DISABLED, FORCED_OPEN and METRICS_ONLY are manual
+// states and are left alone. t may come from a header: only its distance
+// from the clock's now is used, so the wait is measured on the monotonic
+// clock like every other.
+func (b *Breaker) OpenUntil(t time.Time) {
+	now := b.cfg.Clock.Now()
+	b.openFor(now, t.Sub(now))
+}
+
+// OpenFor is OpenUntil(now + d).
+func (b *Breaker) OpenFor(d time.Duration) { b.openFor(b.cfg.Clock.Now(), d) }
+
+func (b *Breaker) openFor(now time.Time, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	until := now.Add(min(d, b.conf.Load().OpenUntilCap))
+	b.mu.Lock()
+	cur := b.cur.Load()
+	switch {
+	case cur.state == Open && until.After(cur.openUntil):
+	case cur.state == Closed || cur.state == HalfOpen:
+	default:
+		b.mu.Unlock()
+		return
+	}
+	next := b.newPhase(Open, cur, now)
+	if cur.state == Open {
+		next.attempt, next.opener = cur.attempt, cur.opener
+	}
+	b.setOpenUntil(next, until)
+	b.cur.Store(next)
+	if cur.state != Open {
+		b.events.push(Event{Breaker: b.name, Type: EventStateTransition, From: cur.state, To: Open, At: now, FailureRate: -1, SlowCallRate: -1})
+	}
+	b.mu.Unlock()
+	b.drain()
+}
+
+// setOpenUntil sets when an OPEN phase allows trial calls.
+func (b *Breaker) setOpenUntil(p *phase, until time.Time) {
+	p.openUntil = until
+	if p.coarse {
+		p.untilSec = monoSecond(until)
+	}
+	p.rejection = &OpenError{Breaker: b.name, State: Open, Until: until}
+}
+
 func (b *Breaker) openWait(attempt int) time.Duration {
-	if f := b.cfg.WaitIntervalFunction; f != nil {
+	cfg := b.conf.Load()
+	if f := cfg.WaitIntervalFunction; f != nil {
 		if d := f(attempt); d > 0 {
 			return d
 		}
 	}
-	return b.cfg.WaitDurationInOpenState
+	return cfg.WaitDurationInOpenState
 }
 
 // Manual transitions. Each starts a new generation, so calls admitted before
@@ -514,6 +595,38 @@ func (b *Breaker) Reset() {
 	b.drain()
 }
 
+// update makes c (validated and defaulted) the breaker's configuration,
+// keeping its Clock, Logger and OnEvent. A CLOSED or METRICS_ONLY circuit
+// goes on in a new generation under c with the window it has, if c's window
+// has the same shape, or an empty one; it reports whether the counts were
+// kept. Any other state keeps its phase (an OPEN wait, HALF_OPEN's trial
+// calls) and c applies from its next transition. Calls admitted before the
+// update are of the old generation: their outcomes decide nothing.
+func (b *Breaker) update(c Config) bool {
+	c.Clock, c.Logger, c.OnEvent = b.cfg.Clock, b.cfg.Logger, b.cfg.OnEvent
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, cur := b.conf.Load(), b.cur.Load()
+	b.conf.Store(&c)
+	if c.RecordCallDurations {
+		b.counting.Store(true)
+	}
+	if !cur.window.held() {
+		return true
+	}
+	next := b.newPhase(cur.state, cur, b.cfg.Clock.Now())
+	kept := sameShape(old, &c)
+	if kept {
+		next.since = cur.since
+		next.window = cur.window
+		next.window.setMin(int64(c.MinimumNumberOfCalls))
+		next.failingSeen.Store(cur.failingSeen.Load())
+		next.slowSeen.Store(cur.slowSeen.Load())
+	}
+	b.cur.Store(next)
+	return kept
+}
+
 // enableIfDisabled closes a DISABLED circuit and leaves any other alone: the
 // registry's kill switch undoes only what it did.
 func (b *Breaker) enableIfDisabled() {
@@ -549,13 +662,13 @@ func (b *Breaker) Metrics() Metrics {
 	switch {
 	case p.window.held():
 		var c counts
-		p.window.snapshot(b.second(), &c)
+		p.window.snapshot(b.second(p), &c)
 		m.Calls, m.FailedCalls, m.SlowCalls = c.calls, c.failures, c.slow
-		r := b.rates(&c)
+		r := rates(p.cfg, &c)
 		m.FailureRate, m.SlowCallRate = r.Failure, r.SlowCall
 	case p.state == HalfOpen:
 		m.Calls, m.FailedCalls, m.SlowCalls = int64(p.done.Load()), int64(p.failures.Load()), int64(p.slow.Load())
-		if n := int64(b.cfg.PermittedNumberOfCallsInHalfOpenState); m.Calls > 0 && m.Calls >= n {
+		if n := int64(p.cfg.PermittedNumberOfCallsInHalfOpenState); m.Calls > 0 && m.Calls >= n {
 			m.FailureRate = float64(m.FailedCalls) * 100 / float64(m.Calls)
 			m.SlowCallRate = float64(m.SlowCalls) * 100 / float64(m.Calls)
 		}
@@ -566,9 +679,13 @@ func (b *Breaker) Metrics() Metrics {
 // Execute runs fn if the circuit admits it and records its outcome. It
 // returns ctx's error, without taking a permit or calling fn, when ctx is
 // already done, and the OpenError without calling fn when the circuit
-// rejects the call. If the caller's ctx is canceled during the call,
-// context.Canceled is classified Ignore by the default classifier. A panic
-// in fn counts as a failure and is re-raised.
+// rejects the call. A call during which the caller's ctx was canceled is
+// ignored whatever fn returned and whatever the classifier says: with
+// context.WithCancelCause (and errgroup.WithContext, which cancels the
+// siblings with the first error) fn returns the cause, not
+// context.Canceled, and the caller giving up is not the callee failing. A
+// ctx whose deadline passed is classified as usual: running out of time is
+// a failure. A panic in fn counts as a failure and is re-raised.
 func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -580,6 +697,20 @@ func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T
 	}
 	defer pm.Done(Failure) // a no-op after DoneErr; fn panicked otherwise
 	v, err := fn(ctx)
-	pm.DoneErr(err)
+	if err != nil && CallerCanceled(ctx) {
+		pm.Done(Ignore)
+	} else {
+		pm.DoneErr(err)
+	}
 	return v, err
+}
+
+// CallerCanceled reports whether ctx was canceled (not timed out): the
+// caller gave up on the call, so whatever error the call returned is not
+// the callee's failure. It judges the context, not the error, because a
+// context canceled with a cause makes net/http and grpc-go return that
+// cause instead of context.Canceled. Adapters (breakerhttp, breakergrpc)
+// use it on the caller's context after a call.
+func CallerCanceled(ctx context.Context) bool {
+	return ctx.Err() == context.Canceled
 }

@@ -16,7 +16,8 @@ const coarseResolution = 50 * time.Millisecond
 // (or a goleak check) that is done with its breakers has no goroutine left.
 const coarseIdleTicks = 4
 
-// coarse is the current Unix second, kept by one goroutine so that the
+// coarse is the current second on the monotonic clock (seconds since
+// monoBase), kept by one goroutine so that the
 // closed path of a TIME_BASED window and the rejections of an OPEN circuit
 // do not call time.Now on every call (tens of nanoseconds on virtual
 // machines). Every reader keeps the goroutine alive, and a reader that finds
@@ -35,7 +36,24 @@ const (
 	coarseUsed    // a reader came since the last refresh
 )
 
-// coarseSecond returns the current Unix second. In the steady state it is
+// monoBase is the origin of the coarse second. Every reading is
+// time.Now().Sub(monoBase), which uses the monotonic clock: a step of the
+// wall clock (NTP, an operator, a VM resumed) moves no coarse second, so an
+// OPEN wait judged on them is neither lengthened nor shortened by it.
+var monoBase = time.Now()
+
+// monoSecond is t's second on the coarse scale; t must carry a monotonic
+// reading (the system clock's do) for a wall step to leave it alone.
+func monoSecond(t time.Time) int64 {
+	d := t.Sub(monoBase)
+	s := int64(d / time.Second)
+	if d < 0 && d%time.Second != 0 {
+		s-- // floor, so that the second before monoBase is -1
+	}
+	return s
+}
+
+// coarseSecond returns the current coarse second. In the steady state it is
 // two atomic loads.
 func coarseSecond() int64 {
 	if coarse.state.Load() != coarseRunning|coarseUsed {
@@ -54,7 +72,7 @@ func wakeCoarse() {
 	if coarse.state.Load()&coarseRunning != 0 {
 		return
 	}
-	coarse.sec.Store(time.Now().Unix())
+	coarse.sec.Store(monoSecond(time.Now()))
 	coarse.state.Store(coarseRunning | coarseUsed)
 	go refreshCoarse()
 }
@@ -68,7 +86,7 @@ func refreshCoarse() {
 	defer t.Stop()
 	idle := 0
 	for range t.C {
-		coarse.sec.Store(time.Now().Unix())
+		coarse.sec.Store(monoSecond(time.Now()))
 		if coarse.state.And(^uint32(coarseUsed))&coarseUsed != 0 {
 			idle = 0
 			continue
@@ -86,9 +104,11 @@ func refreshCoarse() {
 	}
 }
 
-// second is the current Unix second for window bookkeeping.
-func (b *Breaker) second() int64 {
-	if b.coarse {
+// second is the current second for the bookkeeping of p's window: the
+// coarse second for a TIME_BASED window on the system clock, the injected
+// clock's Unix second otherwise. One window uses one scale throughout.
+func (b *Breaker) second(p *phase) int64 {
+	if p.coarse {
 		return coarseSecond()
 	}
 	return b.cfg.Clock.Now().Unix()

@@ -87,6 +87,12 @@ type Config struct {
 	// WaitDurationInOpenState is how long the circuit stays open before
 	// allowing trial calls. Default 60s.
 	WaitDurationInOpenState time.Duration
+	// OpenUntilCap is the longest OpenUntil or OpenFor (a server's
+	// Retry-After, gRPC's RetryInfo or pushback) keeps the circuit open,
+	// from the moment it is called; a longer request is cut to it. Default:
+	// WaitDurationInOpenState, so that a server cannot hold the circuit
+	// open longer than its own failures would unless you allow it.
+	OpenUntilCap time.Duration
 	// WaitIntervalFunction, if set, gives the open wait for the attempt-th
 	// consecutive opening (1-based), for backoff; it overrides
 	// WaitDurationInOpenState. A result <= 0 is an error at open time and
@@ -116,6 +122,9 @@ type Config struct {
 	// Logger receives what the breaker cannot return to a caller: a panic
 	// in an event consumer. Default: slog.Default().
 	Logger *slog.Logger
+
+	// backoff is what a File's backoff settings said, when it set any.
+	backoff *fileBackoff
 }
 
 // Clock supplies the current time; inject one in tests.
@@ -195,6 +204,9 @@ func (c Config) defaulted() Config {
 	if c.WaitDurationInOpenState == 0 {
 		c.WaitDurationInOpenState = defaultWaitDurationInOpenState
 	}
+	if c.OpenUntilCap == 0 {
+		c.OpenUntilCap = c.WaitDurationInOpenState
+	}
 	if c.Classifier == nil {
 		c.Classifier = DefaultClassifier
 	}
@@ -226,6 +238,7 @@ var (
 	fieldHalfOpenMax    = field{"MaxWaitDurationInHalfOpenState", "maxWaitDurationInHalfOpenState"}
 	fieldRecordDuration = field{"RecordCallDurations", "recordCallDurations"}
 	fieldAutoHalfOpen   = field{"AutomaticTransitionFromOpenToHalfOpen", "automaticTransitionFromOpenToHalfOpenEnabled"}
+	fieldOpenUntilCap   = field{"OpenUntilCap", "openUntilCap"}
 )
 
 func goNames(f field) string { return f.goName }
@@ -266,6 +279,7 @@ func (c Config) validate(name func(field) string, given func(field) bool) error 
 		duration(fieldOpenWait, c.WaitDurationInOpenState, false),
 		count(fieldHalfOpenCalls, c.PermittedNumberOfCallsInHalfOpenState, maxCount),
 		duration(fieldHalfOpenMax, c.MaxWaitDurationInHalfOpenState, true),
+		duration(fieldOpenUntilCap, c.OpenUntilCap, false),
 	} {
 		if err != nil {
 			return err

@@ -82,8 +82,12 @@
 // integration such as an http.RoundTripper. Subscribe consumes events
 // (transitions, rate crossings, resets). A Registry holds one named breaker
 // per call site with shared defaults, per-name overrides and a kill switch;
-// ParseFile and File.ApplyEnv load its configuration from JSON and
-// CIRCUITBREAKER_* environment variables. Metrics reads the window; Totals
+// ParseFile and File.ApplyEnviron (or ApplyEnv) load its configuration
+// from JSON and CIRCUITBREAKER_* environment variables, refusing unknown
+// keys and variables with the nearest known name; Registry.Update and
+// Registry.Reload change a running circuit's settings, keeping its window
+// where its shape allows. Breaker.OpenFor and OpenUntil open a circuit for
+// as long as a server asks (Retry-After), capped by Config.OpenUntilCap. Metrics reads the window; Totals
 // reads cumulative call counts (and durations, with RecordCallDurations) once
 // EnableTotals has turned counting on, which the breakerprom module does.
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
 )
 
 // Protect a call with Execute. After enough failures the circuit opens and
@@ -76,4 +77,100 @@ func ExampleRegistry() {
 	// account-read FORCED_OPEN 50
 	// mail-send CLOSED 80
 	// DISABLED
+}
+
+// A context canceled with a cause makes a call return the cause, not
+// context.Canceled; CallerCanceled judges the context instead, as Execute
+// and the adapters do, so the caller giving up is not counted against the
+// callee, while a deadline still is.
+func ExampleCallerCanceled() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("client went away"))
+	fmt.Println(breaker.CallerCanceled(ctx), errors.Is(context.Cause(ctx), context.Canceled))
+
+	late, stop := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer stop()
+	fmt.Println(breaker.CallerCanceled(late))
+	// Output:
+	// true false
+	// false
+}
+
+// Configuration errors name the key by its path and suggest the nearest
+// known one; ApplyEnviron does the same for variables under its prefix.
+func ExampleParseFile() {
+	_, err := breaker.ParseFile([]byte(`{"circuits":{"mail-send":{"failureRateTreshold":80,"waitDurationInOpenState":30}}}`))
+	fmt.Println(err)
+
+	var f breaker.File
+	err = f.ApplyEnviron("CIRCUITBREAKER", []string{"CIRCUITBREAKER_SLIDING_WINDOW_SIZ=60"})
+	fmt.Println(err)
+	// Output:
+	// breaker config: circuits.mail-send.failureRateTreshold=80: unknown key; did you mean "failureRateThreshold"?
+	// breaker config: circuits.mail-send.waitDurationInOpenState=30: must be a duration string with its unit, like "15s" or "500ms" (a bare number is refused: it could mean seconds or milliseconds)
+	// breaker config: unknown variable CIRCUITBREAKER_SLIDING_WINDOW_SIZ; did you mean CIRCUITBREAKER_SLIDING_WINDOW_SIZE?
+}
+
+// A server that answers 429 or 503 with Retry-After says how long to stay
+// away; OpenFor (or OpenUntil, for an HTTP date) opens the circuit for that
+// long, never longer than Config.OpenUntilCap. breakerhttp and breakergrpc
+// do this when asked to (Transport.RetryAfter, Config.ServerPushback).
+func ExampleBreaker_OpenFor() {
+	clk := manualclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	b, err := breaker.New("account-read", breaker.Config{WaitDurationInOpenState: 30 * time.Second, OpenUntilCap: 2 * time.Minute, Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	b.OpenFor(90 * time.Second) // Retry-After: 90
+	_, err = b.Allow()
+	fmt.Println(err)
+
+	b.Close()
+	b.OpenFor(time.Hour) // Retry-After: 3600, cut to the cap
+	_, err = b.Allow()
+	fmt.Println(err)
+	// Output:
+	// circuit breaker "account-read" is OPEN until 2026-01-01T12:01:30Z
+	// circuit breaker "account-read" is OPEN until 2026-01-01T12:02:00Z
+}
+
+// Each consecutive opening waits longer: 10s, 20s, 40s, then the bound. In
+// a JSON file the same is enableExponentialBackoff,
+// exponentialBackoffMultiplier and exponentialMaxWaitDurationInOpenState.
+func ExampleExponentialBackoff() {
+	wait := breaker.ExponentialBackoff(10*time.Second, 2, time.Minute)
+	fmt.Println(wait(1), wait(2), wait(3), wait(4))
+
+	f, _ := breaker.ParseFile([]byte(`{"defaults":{"waitDurationInOpenState":"10s",
+	  "enableExponentialBackoff":true,"exponentialBackoffMultiplier":2,"exponentialMaxWaitDurationInOpenState":"1m"}}`))
+	r, _ := f.Registry()
+	fromFile := r.Get("account-read").Config().WaitIntervalFunction
+	fmt.Println(fromFile(1), fromFile(2), fromFile(3), fromFile(4))
+	// Output:
+	// 10s 20s 40s 1m0s
+	// 10s 20s 40s 1m0s
+}
+
+// Update changes a running circuit's settings without losing what its
+// window counted, and says when the window had to start empty; Reload does
+// the same for a whole configuration file.
+func ExampleRegistry_Update() {
+	circuits, _ := breaker.NewRegistry(breaker.Config{WindowSize: 10, MinimumNumberOfCalls: 10}, nil)
+	read := circuits.Get("account-read")
+	for _, o := range []breaker.Outcome{breaker.Success, breaker.Failure, breaker.Failure} {
+		p, _ := read.Allow()
+		p.Done(o)
+	}
+
+	cfg := read.Config()
+	cfg.MinimumNumberOfCalls = 3 // judge sooner: the 3 calls it holds count
+	kept, _ := circuits.Update("account-read", cfg)
+	fmt.Println(kept, read.Metrics().Calls, read.Metrics().FailureRate)
+
+	cfg.WindowSize = 50 // another shape: the window starts empty
+	kept, _ = circuits.Update("account-read", cfg)
+	fmt.Println(kept, read.Metrics().Calls)
+	// Output:
+	// true 3 66.66666666666667
+	// false 0
 }

@@ -75,8 +75,8 @@ func (r *Registry) Get(name string) *Breaker {
 		return b
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if b, ok := r.breakers[name]; ok {
+		r.mu.Unlock()
 		return b
 	}
 	cfg, ok := r.configs[name]
@@ -85,13 +85,79 @@ func (r *Registry) Get(name string) *Breaker {
 	}
 	b = newBreaker(name, cfg)
 	if r.disabled {
-		b.Disable()
+		// Queued, not delivered: the consumers run after the unlock, so
+		// they may use the registry.
+		b.queueTransition(Disabled)
 	}
 	if r.totals {
 		b.EnableTotals()
 	}
 	r.breakers[name] = b
+	r.mu.Unlock()
+	b.drain()
 	return b
+}
+
+// Update changes the named circuit's configuration without losing its
+// state: a CLOSED or METRICS_ONLY circuit keeps the outcomes its window
+// holds, judged from the next outcome on by cfg's thresholds and minimum,
+// as long as the window keeps its shape (type, size and, for TIME_BASED,
+// whether slow calls are tracked); otherwise it starts an empty window, and
+// Update reports false. An OPEN, HALF_OPEN, DISABLED or FORCED_OPEN circuit
+// stays as it is (an OPEN wait is not cut short) and uses cfg from its next
+// transition. Calls in flight during the update count for nothing. Every
+// breaker keeps the Clock, Logger and OnEvent it was built with. cfg is
+// validated (an error names the circuit and the field and changes nothing)
+// and, for a circuit not created yet, used when Get creates it.
+func (r *Registry) Update(name string, cfg Config) (windowKept bool, err error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return false, qualify(err, name+".")
+	}
+	r.mu.Lock()
+	r.configs[name] = c
+	b := r.breakers[name]
+	r.mu.Unlock()
+	if b == nil {
+		return true, nil
+	}
+	return b.update(c), nil
+}
+
+// Reload applies a configuration file to a running registry the way
+// Update does, circuit by circuit: each existing breaker takes its new
+// settings (its circuit's, or the new defaults) and keeps its state where
+// the window's shape allows; breakers created later use the new settings.
+// It returns the names of the circuits whose windows had to start empty,
+// sorted. The kill switch follows the file (enabled unless it says
+// "enabled": false), and, as SetEnabled, does nothing when it already
+// agrees, so a reload never closes an OPEN circuit. A file with an invalid
+// setting changes nothing. Do not call it from an event consumer of one of
+// the registry's breakers.
+func (r *Registry) Reload(f File) (dropped []string, err error) {
+	defaults, configs, err := f.configs()
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.defaults, r.configs = defaults, configs
+	all := make([]*Breaker, 0, len(r.breakers))
+	for _, b := range r.breakers {
+		all = append(all, b)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(all, func(a, b *Breaker) int { return strings.Compare(a.name, b.name) })
+	for _, b := range all {
+		c, ok := configs[b.name]
+		if !ok {
+			c = defaults
+		}
+		if !b.update(c) {
+			dropped = append(dropped, b.name)
+		}
+	}
+	r.SetEnabled(f.Enabled == nil || *f.Enabled)
+	return dropped, nil
 }
 
 // EnableTotals starts counting calls (Breaker.EnableTotals) on every breaker

@@ -100,7 +100,7 @@ func TestLoadRejectsBadValuesNamingTheField(t *testing.T) {
 		`{"defaults":{"waitDurationInOpenState":"soon"}}`:          "defaults.waitDurationInOpenState",
 		`{"defaults":{"permittedNumberOfCallsInHalfOpenState":0}}`: "defaults.permittedNumberOfCallsInHalfOpenState",
 		`{"circuits":{"mail":{"slidingWindowType":"SOMETIMES"}}}`:  "circuits.mail.slidingWindowType",
-		`{"defaults":{"failureRate":50}}`:                          `unknown field "failureRate"`,
+		`{"defaults":{"failureRate":50}}`:                          `defaults.failureRate=50: unknown key; did you mean "failureRateThreshold"?`,
 	}
 	for in, want := range cases {
 		f, err := breaker.ParseFile([]byte(in))

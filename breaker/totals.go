@@ -133,9 +133,9 @@ func (b *Breaker) Totals() Totals {
 		Failed:       t.n[Failure].Load(),
 		Ignored:      t.n[Ignore].Load(),
 		NotPermitted: t.notPermitted.Load(),
-		Timed:        b.timed,
+		Timed:        timed(b.conf.Load()),
 	}
-	if b.timed {
+	if out.Timed {
 		now := b.cfg.Clock.Now().Sub(b.base)
 		out.SuccessfulTime, out.FailedTime, out.IgnoredTime = time.Duration(s.nanos.Load()), time.Duration(f.nanos.Load()), time.Duration(i.nanos.Load())
 		out.SuccessfulMax, out.FailedMax, out.IgnoredMax = s.maxAt(now), f.maxAt(now), i.maxAt(now)

@@ -42,7 +42,9 @@ type window struct {
 
 func newWindow(c Config) window {
 	if c.WindowType == CountBased {
-		return window{c: &countWindow{pending: newStripes(), ring: make([]uint8, c.WindowSize), min: int64(c.MinimumNumberOfCalls)}}
+		w := &countWindow{pending: newStripes(), ring: make([]uint8, c.WindowSize)}
+		w.min.Store(int64(c.MinimumNumberOfCalls))
+		return window{c: w}
 	}
 	return window{t: newTimeWindow(int64(c.WindowSize), int64(c.MinimumNumberOfCalls), c.SlowCallDurationThreshold > 0)}
 }
@@ -51,6 +53,30 @@ func newWindow(c Config) window {
 // caller's stack (an interface call would move them to the heap).
 
 func (w window) held() bool { return w.t != nil || w.c != nil }
+
+// sameShape reports whether a window made under a can go on counting under
+// b: same type and size, and for a time window the same slow-call tracking.
+// Everything else (thresholds, the minimum of calls) applies to the counts
+// a window holds.
+func sameShape(a, b *Config) bool {
+	return a.WindowType == b.WindowType && a.WindowSize == b.WindowSize &&
+		(a.WindowType == CountBased || (a.SlowCallDurationThreshold > 0) == (b.SlowCallDurationThreshold > 0))
+}
+
+// setMin changes the minimum number of calls; successes are checked again
+// until the window holds the new minimum.
+func (w window) setMin(n int64) {
+	if w.t != nil {
+		w.t.min.Store(n)
+		w.t.safeUntil.Store(minSecond)
+		return
+	}
+	w.c.mu.Lock()
+	w.c.drain()
+	w.c.min.Store(n)
+	w.c.warm.Store(w.c.tot.calls >= n)
+	w.c.mu.Unlock()
+}
 
 // success counts a fast success that needs no check and reports whether it
 // did; if not, the caller records it with checkedSuccess.
@@ -107,7 +133,7 @@ const (
 // successes take the mutex and are checked like any other outcome.
 type countWindow struct {
 	pending stripes // cumulative fast successes
-	min     int64
+	min     atomic.Int64
 	warm    atomic.Bool // the ring holds at least min calls
 	_       [cacheLine]byte
 
@@ -138,7 +164,7 @@ func (w *countWindow) record(_ int64, failure, slow bool, c *counts) {
 	w.drain()
 	w.push(o)
 	*c = w.tot
-	if c.calls >= w.min && !w.warm.Load() {
+	if c.calls >= w.min.Load() && !w.warm.Load() {
 		w.warm.Store(true)
 	}
 	w.mu.Unlock()
@@ -248,7 +274,8 @@ func add(t *atomic.Uint64, d uint64) uint64 {
 // kept only for seconds that had calls: memory is bounded by the window's
 // active seconds and no call ever walks the window.
 type timeWindow struct {
-	size, min int64
+	size      int64
+	min       atomic.Int64
 	trackSlow bool
 	good      stripes
 	head      atomic.Int64 // the newest second with a reading
@@ -274,7 +301,8 @@ type mark struct {
 }
 
 func newTimeWindow(seconds, minCalls int64, trackSlow bool) *timeWindow {
-	w := &timeWindow{size: seconds, min: minCalls, trackSlow: trackSlow, good: newStripes(), marks: make([]mark, min(seconds, 8))}
+	w := &timeWindow{size: seconds, trackSlow: trackSlow, good: newStripes(), marks: make([]mark, min(seconds, 8))}
+	w.min.Store(minCalls)
 	w.head.Store(minSecond)
 	w.safeUntil.Store(minSecond)
 	w.base.Store(&mark{})
@@ -299,7 +327,7 @@ func (w *timeWindow) success(sec int64) bool {
 func (w *timeWindow) checkedSuccess(sec int64, c *counts) {
 	w.good.add()
 	w.snapshot(sec, c)
-	if c.calls >= w.min {
+	if c.calls >= w.min.Load() {
 		// Until the next roll only calls are added: no success can raise a
 		// rate. (A roll that raced this resets safeUntil after its own
 		// second, which is past sec.)

@@ -9,10 +9,15 @@
 // AlreadyExists, FailedPrecondition, Aborted, OutOfRange, Unimplemented,
 // ResourceExhausted from the server (a quota, gRPC's 429) or from the
 // client's own message-size limit, and the caller's cancellation are
-// ignored: they are about the request or the caller, not an outage.
+// ignored: they are about the request or the caller, not an outage. The
+// interceptors judge the caller's context before the classifier: any error
+// of a call whose context the caller canceled is ignored, since a context
+// canceled with a cause does not make the error context.Canceled.
 //
 // An open circuit answers without sending anything, with an error whose
-// gRPC status is Unavailable and that matches breaker.ErrOpen.
+// gRPC status is Unavailable and that matches breaker.ErrOpen. With
+// Config.ServerPushback, a server's RetryInfo or grpc-retry-pushback-ms
+// opens the circuit for as long as it asks, capped.
 //
 // A stream's outcome is recorded when it ends: RecvMsg returning io.EOF
 // (success) or an error, the single response of a client-streaming call,
@@ -24,11 +29,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
@@ -114,6 +124,14 @@ type Config struct {
 	// Classify decides what a call's final error means to the circuit; nil
 	// means DefaultClassifier.
 	Classify Classifier
+	// ServerPushback opts into the server's word on when to come back: a
+	// failed call whose status carries google.rpc.RetryInfo, or whose
+	// trailers carry grpc-retry-pushback-ms (gRFC A6; a negative or
+	// malformed value is ignored), opens the circuit for that long
+	// (Breaker.OpenFor), never longer than the breaker's
+	// Config.OpenUntilCap. The call's own outcome is classified as usual.
+	// It adds a trailer call option to each unary call.
+	ServerPushback bool
 }
 
 func (c Config) classify() Classifier {
@@ -136,6 +154,38 @@ func (e OpenError) GRPCStatus() *status.Status {
 
 // Unwrap returns the breaker's rejection.
 func (e OpenError) Unwrap() error { return e.OpenError }
+
+// judge classifies a call's error for a caller whose context is ctx: once
+// the caller canceled it, the call is ignored whatever the error says (a
+// context canceled with a cause may come back as that cause, or as a status
+// built from it), and otherwise classify decides. A deadline is classify's
+// to judge (DefaultClassifier: a failure).
+func judge(ctx context.Context, classify Classifier, err error) breaker.Outcome {
+	if err != nil && breaker.CallerCanceled(ctx) {
+		return breaker.Ignore
+	}
+	return classify(err)
+}
+
+// honorPushback opens b for as long as a failed call's server asked:
+// RetryInfo in the status details first, else the pushback trailer.
+func honorPushback(b *breaker.Breaker, err error, trailer metadata.MD) {
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+				if err := ri.GetRetryDelay().CheckValid(); err == nil {
+					b.OpenFor(ri.GetRetryDelay().AsDuration())
+				}
+				return
+			}
+		}
+	}
+	if v := trailer.Get("grpc-retry-pushback-ms"); len(v) > 0 {
+		if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil && ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+			b.OpenFor(time.Duration(ms) * time.Millisecond)
+		}
+	}
+}
 
 func allow(b *breaker.Breaker) (breaker.Permit, error) {
 	pm, err := b.Allow()
@@ -173,8 +223,15 @@ func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInter
 		if err != nil {
 			return err
 		}
+		var trailer metadata.MD
+		if cfg.ServerPushback {
+			callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))
+		}
 		err = invoker(ctx, method, req, reply, cc, callOpts...)
-		pm.Done(classify(err))
+		pm.Done(judge(ctx, classify, err))
+		if cfg.ServerPushback && err != nil {
+			honorPushback(cb, err, trailer)
+		}
 		return err
 	}
 }
@@ -197,14 +254,17 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 		}
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
 		if err != nil {
-			pm.Done(classify(err))
+			pm.Done(judge(ctx, classify, err))
 			return nil, err
 		}
-		s := &stream{ClientStream: cs, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
+		s := &stream{ClientStream: cs, ctx: ctx, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
+		if cfg.ServerPushback {
+			s.pushback = cb
+		}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
-		stop := context.AfterFunc(ctx, func() { s.pm.Done(classify(ctx.Err())) })
+		stop := context.AfterFunc(ctx, func() { s.pm.Done(judge(ctx, classify, ctx.Err())) })
 		s.stop.Store(&stop)
 		return s, nil
 	}
@@ -212,9 +272,11 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 
 type stream struct {
 	grpc.ClientStream
+	ctx           context.Context // the caller's
 	classify      Classifier
 	serverStreams bool
 	stop          atomic.Pointer[func() bool] // releases the context watch
+	pushback      *breaker.Breaker            // set with Config.ServerPushback
 
 	pm breaker.Permit // the first ending decides; later ones record nothing
 }
@@ -225,7 +287,10 @@ func (s *stream) RecvMsg(m any) error {
 	case err == io.EOF:
 		s.finish(breaker.Success)
 	case err != nil:
-		s.finish(s.classify(err))
+		s.finish(judge(s.ctx, s.classify, err))
+		if s.pushback != nil {
+			honorPushback(s.pushback, err, s.Trailer())
+		}
 	case !s.serverStreams:
 		s.finish(breaker.Success) // the one response of a unary-response stream
 	}

@@ -59,3 +59,34 @@ func ExampleUnaryClientInterceptor() {
 	// account-access: OPEN
 	// account-read: CLOSED
 }
+
+// With ServerPushback, a server that sheds load and says when to come back
+// (google.rpc.RetryInfo, or the grpc-retry-pushback-ms trailer) opens the
+// circuit for that long, capped by the breaker's OpenUntilCap.
+func ExampleConfig_serverPushback() {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, &shedding{retryInfo: 30 * time.Second})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	b, _ := breaker.New("account-read", breaker.Config{OpenUntilCap: 5 * time.Minute})
+	cfg := breakergrpc.Config{ServerPushback: true}
+	cc, _ := grpc.NewClient("passthrough:///"+ln.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b), cfg)))
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+
+	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	fmt.Println(status.Code(err), b.State())
+	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) {
+		d := oe.RetryAfter(time.Now())
+		fmt.Println(status.Code(err), d > 0 && d <= 30*time.Second)
+	}
+	// Output:
+	// Unavailable OPEN
+	// Unavailable true
+}

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
@@ -62,8 +60,10 @@ func Refused(err error) bool {
 }
 
 // DNSCache is a dialer that caches host lookups for TTL. Concurrent lookups
-// of one host share one query; failed lookups are not cached, so a
-// resolver outage is retried on the next dial. Addresses are dialed in the
+// of one host share one query, which runs until it answers or every dial
+// waiting for it has given up: one dial's deadline or cancellation ends
+// only that dial's wait. Failed lookups are not cached, so a resolver
+// outage is retried on the next dial. Addresses are dialed in the
 // order the resolver gave them until one connects.
 type DNSCache struct {
 	// TTL is how long a lookup is used. Required.
@@ -75,9 +75,9 @@ type DNSCache struct {
 	// Clock supplies time; nil means the system clock.
 	Clock breaker.Clock
 
-	group   singleflight.Group
 	mu      sync.Mutex
 	entries map[string]dnsEntry
+	flights map[string]*dnsFlight
 }
 
 type dnsEntry struct {
@@ -125,35 +125,80 @@ func (c *DNSCache) now() time.Time {
 	return time.Now()
 }
 
+// lookup returns host's addresses from the cache, or from the lookup that
+// every concurrent dial of host shares. That lookup runs on a context of its
+// own (with the first dial's values, not its deadline or cancellation), so
+// one dial giving up does not fail the others; it is canceled when the last
+// dial waiting for it has left.
 func (c *DNSCache) lookup(ctx context.Context, host string) ([]string, error) {
 	c.mu.Lock()
-	e, ok := c.entries[host]
-	c.mu.Unlock()
-	if ok && c.now().Before(e.expires) {
+	if e, ok := c.entries[host]; ok && c.now().Before(e.expires) {
+		c.mu.Unlock()
 		return e.addrs, nil
 	}
-	v, err, _ := c.group.Do(host, func() (any, error) {
-		var r Resolver = net.DefaultResolver
-		if c.Resolver != nil {
-			r = c.Resolver
+	f := c.flights[host]
+	if f == nil {
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &dnsFlight{done: make(chan struct{}), cancel: cancel}
+		if c.flights == nil {
+			c.flights = map[string]*dnsFlight{}
 		}
-		addrs, err := r.LookupHost(ctx, host)
-		if err != nil {
-			return nil, err
-		}
-		if len(addrs) == 0 {
-			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-		}
-		c.mu.Lock()
+		c.flights[host] = f
+		go c.resolve(lctx, host, f)
+	}
+	f.waiters++
+	c.mu.Unlock()
+	defer c.leave(host, f)
+	select {
+	case <-f.done:
+		return f.addrs, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dnsFlight is one lookup shared by the dials waiting for it.
+type dnsFlight struct {
+	done    chan struct{} // closed when addrs and err are set
+	addrs   []string
+	err     error
+	waiters int // under DNSCache.mu
+	cancel  context.CancelFunc
+}
+
+// resolve runs f's lookup, caches a success and wakes f's waiters.
+func (c *DNSCache) resolve(ctx context.Context, host string, f *dnsFlight) {
+	var r Resolver = net.DefaultResolver
+	if c.Resolver != nil {
+		r = c.Resolver
+	}
+	addrs, err := r.LookupHost(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
+	c.mu.Lock()
+	if err == nil {
 		if c.entries == nil {
 			c.entries = map[string]dnsEntry{}
 		}
 		c.entries[host] = dnsEntry{addrs: addrs, expires: c.now().Add(c.TTL)}
-		c.mu.Unlock()
-		return addrs, nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return v.([]string), nil
+	if c.flights[host] == f {
+		delete(c.flights, host)
+	}
+	c.mu.Unlock()
+	f.addrs, f.err = addrs, err
+	close(f.done)
+}
+
+// leave ends one dial's wait for f; the last one out cancels the lookup.
+func (c *DNSCache) leave(host string, f *dnsFlight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.waiters--; f.waiters == 0 {
+		f.cancel()
+		if c.flights[host] == f {
+			delete(c.flights, host) // a later dial starts afresh
+		}
+	}
 }

@@ -14,7 +14,10 @@ import (
 type Classifier func(resp *http.Response, err error) breaker.Outcome
 
 // DefaultClassifier: 5xx and every error but cancellation are failures, 4xx
-// and cancellation are ignored, everything else is a success.
+// and cancellation are ignored, everything else is a success. It sees only
+// the error; Transport also ignores any error of an attempt whose caller
+// canceled its request's context (breaker.CallerCanceled), before asking a
+// classifier, so a cancellation with a cause is not counted either.
 func DefaultClassifier(resp *http.Response, err error) breaker.Outcome {
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

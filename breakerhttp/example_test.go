@@ -111,3 +111,31 @@ func ExampleTransport_fireAndForget() {
 	// level=WARN msg="notification skipped" circuit=open
 	// circuit: OPEN
 }
+
+// With RetryAfter, a server that sheds load with 503 and Retry-After opens
+// the call site's circuit for as long as it asks (capped by the breaker's
+// OpenUntilCap): the calls after it fail fast instead of adding load.
+func ExamplePolicy_retryAfter() {
+	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer account.Close()
+
+	b, _ := breaker.New("account-read", breaker.Config{OpenUntilCap: 5 * time.Minute})
+	c := breakerhttp.Policy{Breaker: b, RetryAfter: true}.Client()
+	resp, err := c.Get(account.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	breakerhttp.DrainClose(resp)
+	_, err = c.Get(account.URL)
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) {
+		d := oe.RetryAfter(time.Now())
+		fmt.Println(resp.StatusCode, b.State(), d > 0 && d <= 30*time.Second)
+	}
+	c.CloseIdleConnections()
+	// Output: 503 OPEN true
+}

@@ -24,6 +24,10 @@ type Policy struct {
 	// Retry, if set, retries outside the circuit; its Next is ignored (the
 	// circuit is put there).
 	Retry *Retry
+	// RetryAfter opens the circuit for as long as a 429 or 503 says in its
+	// Retry-After header, capped (see Transport.RetryAfter). Retry then
+	// returns that response instead of retrying into the open circuit.
+	RetryAfter bool
 	// Base sends requests; nil means http.DefaultTransport. Share one base
 	// (and its connection pool) between the call sites to one service.
 	Base http.RoundTripper
@@ -31,10 +35,21 @@ type Policy struct {
 
 // RoundTripper returns the composed transport.
 func (p Policy) RoundTripper() http.RoundTripper {
-	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify}
+	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify, RetryAfter: p.RetryAfter}
 	if p.Retry != nil {
 		r := *p.Retry
 		r.Next = rt
+		if p.RetryAfter {
+			// The answer that opened the circuit is the caller's to see:
+			// another attempt would only meet the open circuit.
+			retryable := r.Retryable
+			if retryable == nil {
+				retryable = Transient
+			}
+			r.Retryable = func(req *http.Request, resp *http.Response, err error) bool {
+				return (resp == nil || retryAfter(resp) == "") && retryable(req, resp, err)
+			}
+		}
 		rt = &r
 	}
 	return rt

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +30,12 @@ type Transport struct {
 	// Classify decides what an attempt means to the circuit; nil means
 	// DefaultClassifier.
 	Classify Classifier
+	// RetryAfter opts into the server's word on when to come back: a 429 or
+	// 503 response with a Retry-After header (seconds or an HTTP date)
+	// opens the circuit until then (Breaker.OpenFor, OpenUntil), never
+	// longer than the breaker's Config.OpenUntilCap. The response itself is
+	// classified and returned as usual; the calls after it fail fast.
+	RetryAfter bool
 }
 
 var errNoBreaker = errors.New("breakerhttp: Transport.Breaker is nil")
@@ -48,10 +57,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
-	classify := t.Classify
-	if classify == nil {
-		classify = DefaultClassifier
-	}
+	classify := judge{caller: req.Context(), c: t.Classify}
 	var ctx context.Context
 	cancel := context.CancelFunc(nil)
 	if t.Timeout > 0 {
@@ -60,13 +66,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.base().RoundTrip(req)
 	if err != nil {
-		pm.Done(classify(nil, err))
+		pm.Done(classify.outcome(nil, err))
 		if cancel != nil {
 			cancel()
 		}
 		return nil, err
 	}
-	o := classify(resp, nil)
+	o := classify.outcome(resp, nil)
+	if t.RetryAfter {
+		defer t.honorRetryAfter(resp)
+	}
 	// A success is only known once the body has arrived; a failure or an
 	// ignored response is known now. Bodies that are not plain payloads
 	// (none, or a protocol switch) end the attempt here.
@@ -90,15 +99,61 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A body nobody reads or closes must not hold the permit (in
 		// HALF_OPEN, the circuit) past the timeout: running out of it is a
 		// failure, however late the caller closes the body.
-		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify(nil, ctx.Err())) })
+		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify.outcome(nil, ctx.Err())) })
 	}
 	resp.Body = b
 	return resp, nil
 }
 
+// honorRetryAfter opens the circuit for as long as a 429 or 503 asks.
+// It runs after the attempt's outcome is recorded.
+func (t *Transport) honorRetryAfter(resp *http.Response) {
+	v := retryAfter(resp)
+	if v == "" {
+		return
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs > 0 && secs <= math.MaxInt64/int64(time.Second) {
+			t.Breaker.OpenFor(time.Duration(secs) * time.Second)
+		}
+		return
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		t.Breaker.OpenUntil(at)
+	}
+}
+
+// retryAfter is the Retry-After header of a 429 or 503, or "".
+func retryAfter(resp *http.Response) string {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return ""
+	}
+	return strings.TrimSpace(resp.Header.Get("Retry-After"))
+}
+
 // CloseIdleConnections closes the base transport's idle connections, so
 // that http.Client.CloseIdleConnections reaches them through the circuit.
 func (t *Transport) CloseIdleConnections() { closeIdle(t.base()) }
+
+// judge classifies the attempts of a caller whose context is caller: an
+// error while that context is canceled is Ignore, whatever the error says
+// (a context canceled with a cause makes net/http return the cause, not
+// context.Canceled), and everything else is up to c (nil:
+// DefaultClassifier). A deadline is still c's to judge.
+type judge struct {
+	caller context.Context
+	c      Classifier
+}
+
+func (j judge) outcome(resp *http.Response, err error) breaker.Outcome {
+	if err != nil && breaker.CallerCanceled(j.caller) {
+		return breaker.Ignore
+	}
+	if j.c == nil {
+		return DefaultClassifier(resp, err)
+	}
+	return j.c(resp, err)
+}
 
 // closeIdle closes rt's idle connections if it keeps any.
 func closeIdle(rt http.RoundTripper) {
@@ -129,7 +184,7 @@ func closeRequestBody(req *http.Request) {
 // (a failure or ignored status) records nothing more.
 type body struct {
 	rc       io.ReadCloser
-	classify Classifier
+	classify judge
 	cancel   context.CancelFunc
 	stop     func() bool // the timeout's failure, when the success is deferred
 
@@ -143,7 +198,7 @@ func (b *body) Read(p []byte) (int, error) {
 		if err == io.EOF || b.closed.Load() {
 			b.finish(breaker.Success)
 		} else {
-			b.finish(b.classify(nil, err))
+			b.finish(b.classify.outcome(nil, err))
 		}
 	}
 	return n, err
