@@ -76,6 +76,10 @@ type Reconciler struct {
 	// more wait than its Workers, status writes that can wait do (see
 	// deferReport).
 	Decisions *Decisions
+	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
+	// (Setup registers it); unset, finding the breakers that name the same
+	// webhook lists every breaker.
+	TargetIndexed bool
 
 	once    sync.Once
 	written sync.Map // breaker name -> version: this controller's last write to it
@@ -275,6 +279,8 @@ type observed struct {
 	// ambiguous, when set, says why the signal cannot be told apart from
 	// another webhook's: it may not open the circuit on its own.
 	ambiguous string
+	// conflict, when set, is the older breaker that owns the same webhook.
+	conflict string
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -450,6 +456,11 @@ func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 // server signal have gathered.
 func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, error) {
 	var obs observed
+	if winner, err := r.conflictWinner(ctx, b); err != nil {
+		return obs, err
+	} else {
+		obs.conflict = winner
+	}
 	t := b.Spec.Target
 	var obj client.Object
 	found, cached := false, false
@@ -564,6 +575,7 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
 		NotApproved:      obs.notApproved,
 		EverRead:         b.Status.TargetUID != "",
+		ConflictWinner:   obs.conflict,
 	}
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
@@ -629,6 +641,9 @@ func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitB
 		obsO := observed{cfg: obs.cfg, state: circuit.Inspect(obs.cfg, ot.WebhookName)}
 		if obsO.state.Index < 0 {
 			continue
+		}
+		if w, err := r.conflictWinner(ctx, o); err != nil || w != "" {
+			continue // conflicted: never opened, in its own patch or another's
 		}
 		var ok bool
 		if obsO.health, ok = r.Health.Observe(o.Name); !ok {
