@@ -152,6 +152,7 @@ func Decide(in Input) Decision {
 		checkDeleting,
 		checkObserve,
 		checkActionChanged,
+		checkAlreadyFailOpen,
 	} {
 		if d, ok := check(in); ok {
 			return d
