@@ -81,6 +81,10 @@ type Reconciler struct {
 	// webhook lists every breaker.
 	TargetIndexed bool
 
+	// approvals: the approved configuration names last read, per kind
+	// (approval.go).
+	approvals sync.Map
+
 	once    sync.Once
 	written sync.Map // breaker name -> version: this controller's last write to it
 	// closed notes the circuits this process closed as companions in
@@ -412,15 +416,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: resync, Priority: new(0)}, nil
 }
 
-// notApprovedMessage says how to approve t's configuration, for each way of
-// installing tripswitch.
-func notApprovedMessage(t v1alpha1.Target) string {
-	key := circuit.ShortKind(t.Kind)
-	return fmt.Sprintf("tripswitch may not read %s %s: RBAC does not approve it. Approve it with Helm "+
-		"(--set 'approvedWebhookConfigurations.%s={...,%s}') or, with kustomize, add %s to resourceNames in "+
-		"config/rbac/webhook_configurations.yaml", t.Kind, t.ConfigurationName, key, t.ConfigurationName, t.ConfigurationName)
-}
-
 // expectedRetry is how soon an expected race is retried.
 const expectedRetry = 100 * time.Millisecond
 
@@ -474,7 +469,7 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		}
 		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 		if apierrors.IsForbidden(err) {
-			obs.notApproved = notApprovedMessage(t)
+			obs.notApproved = r.notApproved(ctx, t)
 			obs.state = circuit.State{Index: -1}
 			return obs, nil
 		}
