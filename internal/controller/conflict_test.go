@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
 // Two breakers name one webhook: a carefully tuned original and a newer copy
@@ -171,4 +173,45 @@ func runLabelledManager(t *testing.T, bed string, p probe.Prober) {
 			t.Errorf("manager: %v", err)
 		}
 	})
+}
+
+// A conflicted breaker is not opened in another breaker's patch either: an
+// outage of two webhooks of one configuration opens the one whose breaker
+// owns it, not the conflicted copy's.
+func TestConflictedBreakerIsNoCompanion(t *testing.T) {
+	b := newBed(t)
+	b.createConfig(nil)
+	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watches := targetwatch.New(cs, func(string) {})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { _ = watches.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := b.reconciler(b.c)
+	r.Targets = watches
+
+	opener := b.createBreaker(b.cfg+"-other", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = other })
+	orig := b.createBreaker(b.cfg+"-orig", nil)
+	for b.getBreaker(orig.Name).CreationTimestamp.Add(time.Second).After(time.Now()) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	dup := b.createBreaker(b.cfg+"-copy", nil)
+	for _, n := range []string{opener.Name, orig.Name, dup.Name} {
+		b.drive(r, n, probe.Healthy)
+	}
+	// other's and the copy's webhooks look down; the original's does not.
+	b.health.set(opener.Name, probe.Unhealthy)
+	b.health.set(dup.Name, probe.Unhealthy)
+	b.settle(r, opener.Name)
+	cfg := b.getConfig()
+	if _, ok := cfg.Annotations[circuit.AnnotationKey(other)]; !ok {
+		t.Fatal("the opener's circuit did not open")
+	}
+	if hasRecord(cfg) {
+		rec, _ := circuit.ReadRecord(cfg.Annotations, target)
+		t.Fatalf("the conflicted copy's webhook was opened in the opener's patch: %+v", rec)
+	}
 }
