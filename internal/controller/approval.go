@@ -101,7 +101,10 @@ func NotApprovedMessage(t v1alpha1.Target, names []string, unsure bool, err erro
 	switch {
 	case err != nil:
 		return fmt.Sprintf("tripswitch may not read %s %s (and could not list the approved names: %v). If the name is right, %s", t.Kind, t.ConfigurationName, err, approve)
-	case unsure || slices.Contains(names, t.ConfigurationName):
+	case slices.Contains(names, t.ConfigurationName):
+		return fmt.Sprintf("tripswitch may not read %s %s, although its RBAC rules name it (another authorizer or a rule for another verb may deny it). "+
+			"Check the rule: %s", t.Kind, t.ConfigurationName, approve)
+	case unsure:
 		return fmt.Sprintf("tripswitch may not read %s %s: RBAC does not approve it. %s", t.Kind, t.ConfigurationName, capitalize(approve))
 	}
 	listed := "none is approved"
