@@ -20,6 +20,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/preflight"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
 
 // TestMain lets a test run this package's main as a process of its own
@@ -58,6 +59,11 @@ func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	env, kubeconfig := cluster(t)
 	ctx, c := t.Context(), env.Client
+	server, err := slowhook.Start() // the fine breaker's webhook, for --probe
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close() })
 	hook := func(name string, policy admissionregistrationv1.FailurePolicyType) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name: name, ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/")},
@@ -68,8 +74,10 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.test/never": "true"}},
 		}
 	}
+	served := hook("w1.example.com", admissionregistrationv1.Fail)
+	served.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(server.URL + "/mutate"), CABundle: server.CABundle}
 	for name, hooks := range map[string][]admissionregistrationv1.MutatingWebhook{
-		"good":       {hook("w1.example.com", admissionregistrationv1.Fail), hook("w2.example.com", admissionregistrationv1.Fail), hook("w3.example.com", admissionregistrationv1.Fail), hook("w4.example.com", admissionregistrationv1.Fail)},
+		"good":       {served, hook("w2.example.com", admissionregistrationv1.Fail), hook("w3.example.com", admissionregistrationv1.Fail), hook("w4.example.com", admissionregistrationv1.Fail)},
 		"ignored":    {hook("w.example.com", admissionregistrationv1.Ignore)},
 		"unapproved": {hook("w.example.com", admissionregistrationv1.Fail)},
 	} {
@@ -184,9 +192,9 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	}
 	t.Logf("tripswitch check:\n%s", table.String())
 
-	// Only the fine breaker: exit 0, and a table.
-	stdout, stderr, code = runMain(t, "check", "--kubeconfig", kubeconfig, "fine")
-	if code != 0 || !strings.Contains(stdout, "1 breakers checked") || !strings.Contains(stdout, "0 problems") {
+	// Only the fine breaker, probed from here too: exit 0, and a table.
+	stdout, stderr, code = runMain(t, "check", "--kubeconfig", kubeconfig, "--probe", "fine")
+	if code != 0 || !strings.Contains(stdout, "1 breakers checked") || !strings.Contains(stdout, "0 problems") || !strings.Contains(stdout, "probed from here: healthy") {
 		t.Fatalf("check fine: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 	if _, _, code := runMain(t, "check", "--kubeconfig", kubeconfig, "no-such-breaker"); code != 1 {
