@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -182,13 +183,15 @@ var ErrNotRecorded = errors.New("not recorded")
 
 // CloseReason closes a breaker's open window when a break-glass restore
 // closed its circuit.
-const CloseReason = "BreakGlassRestore"
+const CloseReason = v1alpha1.ReasonBreakGlassRestore
 
 // closeWindow records the restore on the breaker that owns the record, if it
-// still exists: its last open window closes now, with CloseReason, and the
-// status no longer mirrors a record. A controller that returns later would
-// otherwise only see that the record is gone, not when or why. The restore
-// itself is done by then; failing to record it is reported, not undone.
+// still exists: its last open window closes now, with CloseReason, the
+// status no longer mirrors a record, and its state and conditions say the
+// circuit is closed (see restoredStatus). A controller that returns later
+// would otherwise only see that the record is gone, not when or why, and
+// until then `kubectl get wcb` would still say Open. The restore itself is
+// done by then; failing to record it is reported, not undone.
 func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitRecord, ref string) error {
 	for range 5 {
 		var b v1alpha1.WebhookCircuitBreaker
@@ -200,14 +203,7 @@ func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitReco
 			return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
 		}
 		base := b.DeepCopy()
-		now := metav1.Now()
-		if n := len(b.Status.History); n > 0 && b.Status.History[n-1].ClosedAt == nil && b.Status.History[n-1].OpenedAt.Equal(&rec.OpenedAt) {
-			b.Status.History[n-1].ClosedAt = &now
-			b.Status.History[n-1].CloseReason = CloseReason
-		}
-		if b.Status.Record != nil && b.Status.Record.OpenedAt.Equal(&rec.OpenedAt) {
-			b.Status.Record = nil
-		}
+		restoredStatus(&b, rec, metav1.Now())
 		if equality.Semantic.DeepEqual(base.Status, b.Status) {
 			return nil
 		}
@@ -220,4 +216,41 @@ func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitReco
 		}
 	}
 	return fmt.Errorf("%w: restored %s, but breaker %s kept changing while the restore was recorded", ErrNotRecorded, ref, rec.Breaker)
+}
+
+// restoredStatus makes b's status say that the circuit rec recorded was
+// closed by a break-glass restore at now, if the status showed it: its
+// window closes with CloseReason, the mirrored record goes, the state
+// becomes Closed, CircuitOpen turns False and Ready Unknown (with
+// CloseReason), since only the controller can tell whether it could open
+// and close the webhook again; its next look sets both.
+func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitRecord, now metav1.Time) {
+	s := &b.Status
+	shown := s.State == v1alpha1.StateOpen
+	if n := len(s.History); n > 0 && s.History[n-1].ClosedAt == nil && s.History[n-1].OpenedAt.Equal(&rec.OpenedAt) {
+		s.History[n-1].ClosedAt = &now
+		s.History[n-1].CloseReason = CloseReason
+		shown = true
+	}
+	if s.Record != nil && s.Record.OpenedAt.Equal(&rec.OpenedAt) {
+		s.Record = nil
+		shown = true
+	}
+	if !shown {
+		return
+	}
+	if s.State != v1alpha1.StateClosed {
+		s.State = v1alpha1.StateClosed
+		s.LastTransitionTime = &now
+	}
+	at := now.UTC().Format(time.RFC3339)
+	for _, c := range []metav1.Condition{
+		{Type: v1alpha1.ConditionCircuitOpen, Status: metav1.ConditionFalse, Reason: CloseReason,
+			Message: "restored by a break-glass restore (tripswitch restore) at " + at + ": tripswitch holds no change on the webhook"},
+		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionUnknown, Reason: CloseReason,
+			Message: "the circuit was restored without the controller at " + at + "; whether tripswitch can open and close it again is the controller's to say when it next looks"},
+	} {
+		c.ObservedGeneration, c.LastTransitionTime = b.Generation, now
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
 }

@@ -108,6 +108,9 @@ type Input struct {
 	// EverRead: tripswitch read this breaker's target at some point (the
 	// status has its UID), so it may have written to it.
 	EverRead bool
+	// ConflictWinner, when set, is the older breaker that names the same
+	// webhook and owns it: this one never opens the circuit (conflict.go).
+	ConflictWinner string
 }
 
 // Decision is what to do, and why. The status is computed from its fields,
@@ -142,6 +145,7 @@ type Decision struct {
 func Decide(in Input) Decision {
 	for _, check := range []func(Input) (Decision, bool){
 		checkApproved,
+		checkConflict,
 		checkRecordReadable,
 		checkRecordOwner,
 		checkTargetFound,
@@ -150,6 +154,7 @@ func Decide(in Input) Decision {
 		checkDeleting,
 		checkObserve,
 		checkActionChanged,
+		checkAlreadyFailOpen,
 	} {
 		if d, ok := check(in); ok {
 			return d

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
@@ -77,6 +76,14 @@ type Reconciler struct {
 	// more wait than its Workers, status writes that can wait do (see
 	// deferReport).
 	Decisions *Decisions
+	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
+	// (Setup registers it); unset, finding the breakers that name the same
+	// webhook lists every breaker.
+	TargetIndexed bool
+
+	// approvals: the approved configuration names last read, per kind
+	// (approval.go).
+	approvals sync.Map
 
 	once    sync.Once
 	written sync.Map // breaker name -> version: this controller's last write to it
@@ -276,6 +283,8 @@ type observed struct {
 	// ambiguous, when set, says why the signal cannot be told apart from
 	// another webhook's: it may not open the circuit on its own.
 	ambiguous string
+	// conflict, when set, is the older breaker that owns the same webhook.
+	conflict string
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -416,15 +425,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: resync, Priority: new(0)}, nil
 }
 
-// notApprovedMessage says how to approve t's configuration, for each way of
-// installing tripswitch.
-func notApprovedMessage(t v1alpha1.Target) string {
-	key := circuit.ShortKind(t.Kind)
-	return fmt.Sprintf("tripswitch may not read %s %s: RBAC does not approve it. Approve it with Helm "+
-		"(--set 'approvedWebhookConfigurations.%s={...,%s}') or, with kustomize, add %s to resourceNames in "+
-		"config/rbac/webhook_configurations.yaml", t.Kind, t.ConfigurationName, key, t.ConfigurationName, t.ConfigurationName)
-}
-
 // expectedRetry is how soon an expected race is retried.
 const expectedRetry = 100 * time.Millisecond
 
@@ -460,6 +460,11 @@ func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 // server signal have gathered.
 func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, error) {
 	var obs observed
+	if winner, err := r.conflictWinner(ctx, b); err != nil {
+		return obs, err
+	} else {
+		obs.conflict = winner
+	}
 	t := b.Spec.Target
 	var obj client.Object
 	found, cached := false, false
@@ -473,7 +478,7 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		}
 		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 		if apierrors.IsForbidden(err) {
-			obs.notApproved = notApprovedMessage(t)
+			obs.notApproved = r.notApproved(ctx, t)
 			obs.state = circuit.State{Index: -1}
 			return obs, nil
 		}
@@ -516,44 +521,19 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 // name and type in another configuration: the API server's metrics key
 // webhooks by name and type only, so the two signals are one.
 func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
-	var list v1alpha1.WebhookCircuitBreakerList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", b.Spec.Target.WebhookName, err)
-	}
 	t := b.Spec.Target
-	for _, o := range list.Items {
-		ot := o.Spec.Target
-		if o.Name != b.Name && ot.Kind == t.Kind && ot.WebhookName == t.WebhookName && ot.ConfigurationName != t.ConfigurationName {
+	list, err := r.named(ctx, WebhookIndexField, SignalKey(t))
+	if err != nil {
+		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", t.WebhookName, err)
+	}
+	for _, o := range list {
+		if ot := o.Spec.Target; o.Name != b.Name && ot.ConfigurationName != t.ConfigurationName {
 			return fmt.Sprintf("breaker %s names a webhook %s in %s %s too; the API server counts calls by webhook name and type, "+
 				"so the signal cannot tell the two apart and does not open this circuit on its own (the probes still do)",
 				o.Name, t.WebhookName, ot.Kind, ot.ConfigurationName)
 		}
 	}
 	return ""
-}
-
-// signalTwins maps a change of breaker o to the other breakers whose
-// signal it makes or made ambiguous: those naming a webhook of the same
-// name and type in another configuration (see signalAmbiguity).
-func (r *Reconciler) signalTwins(ctx context.Context, o client.Object) []reconcile.Request {
-	b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
-	if !ok {
-		return nil
-	}
-	var list v1alpha1.WebhookCircuitBreakerList
-	if err := r.Client.List(ctx, &list); err != nil {
-		log.FromContext(ctx).Error(err, "list breakers to re-judge their signal's ambiguity")
-		return nil
-	}
-	t := b.Spec.Target
-	var out []reconcile.Request
-	for _, other := range list.Items {
-		ot := other.Spec.Target
-		if other.Name != b.Name && ot.Kind == t.Kind && ot.WebhookName == t.WebhookName && other.Spec.Resolve().Signal != nil {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: other.Name}})
-		}
-	}
-	return out
 }
 
 // observeSignal keeps the API server signal of a breaker that enabled it.
@@ -598,6 +578,7 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
 		NotApproved:      obs.notApproved,
 		EverRead:         b.Status.TargetUID != "",
+		ConflictWinner:   obs.conflict,
 	}
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
@@ -663,6 +644,9 @@ func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitB
 		obsO := observed{cfg: obs.cfg, state: circuit.Inspect(obs.cfg, ot.WebhookName)}
 		if obsO.state.Index < 0 {
 			continue
+		}
+		if w, err := r.conflictWinner(ctx, o); err != nil || w != "" {
+			continue // conflicted: never opened, in its own patch or another's
 		}
 		var ok bool
 		if obsO.health, ok = r.Health.Observe(o.Name); !ok {

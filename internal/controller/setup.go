@@ -209,13 +209,14 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		Signals:   signals,
 		Requeue:   enqueue,
 		Decisions: decisions,
+		// The breakers naming one webhook: who owns it (conflict.go).
+		TargetIndexed: true,
 	}
-	err = ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.WebhookCircuitBreaker{}).
-		// A breaker's signal is ambiguous while another names a webhook of
-		// the same name and type: each change of one looks at the others
-		// at once, so that ambiguity ends when its cause does.
-		Watches(&v1alpha1.WebhookCircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.signalTwins)).
+	if err := IndexTarget(context.Background(), mgr); err != nil {
+		return nil, err
+	}
+	err = r.watchPeers(ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.WebhookCircuitBreaker{})).
 		WatchesRawSource(source.Func(queue.start)).
 		// The priority queue (controller-runtime's default, asked for
 		// explicitly because decisions depend on it) serves decisions first.

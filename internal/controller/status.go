@@ -13,8 +13,8 @@ import (
 
 // Condition types.
 const (
-	ConditionReady            = "Ready"
-	ConditionCircuitOpen      = "CircuitOpen"
+	ConditionReady            = v1alpha1.ConditionReady
+	ConditionCircuitOpen      = v1alpha1.ConditionCircuitOpen
 	ConditionTargetFound      = "TargetFound"
 	ConditionExternalChange   = "ExternalChange"
 	ConditionProbeUnsupported = "ProbeUnsupported"

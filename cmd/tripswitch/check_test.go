@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/preflight"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
+)
+
+// TestMain lets a test run this package's main as a process of its own
+// (TRIPSWITCH_TEST_MAIN=1), so that its exit code is what is checked.
+func TestMain(m *testing.M) {
+	if os.Getenv("TRIPSWITCH_TEST_MAIN") == "1" {
+		os.Args = append([]string{"tripswitch"}, strings.Fields(os.Getenv("TRIPSWITCH_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runMain runs `tripswitch args...` as a process and returns its stdout,
+// stderr and exit code.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TRIPSWITCH_TEST_MAIN=1", "TRIPSWITCH_TEST_ARGS="+strings.Join(args, " "))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run tripswitch %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestCheckFindsEveryBrokenBreaker runs `tripswitch check` as a process
+// against a real API server holding a deliberately broken set of breakers,
+// each with one thing wrong, and one that is fine.
+func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
+	env, kubeconfig := cluster(t)
+	ctx, c := t.Context(), env.Client
+	server, err := slowhook.Start() // the fine breaker's webhook, for --probe
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close() })
+	hook := func(name string, policy admissionregistrationv1.FailurePolicyType) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name: name, ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/")},
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy: ptr.To(policy),
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.test/never": "true"}},
+		}
+	}
+	served := hook("w1.example.com", admissionregistrationv1.Fail)
+	served.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(server.URL + "/mutate"), CABundle: server.CABundle}
+	for name, hooks := range map[string][]admissionregistrationv1.MutatingWebhook{
+		"good":       {served, hook("w2.example.com", admissionregistrationv1.Fail), hook("w3.example.com", admissionregistrationv1.Fail), hook("w4.example.com", admissionregistrationv1.Fail)},
+		"ignored":    {hook("w.example.com", admissionregistrationv1.Ignore)},
+		"unapproved": {hook("w.example.com", admissionregistrationv1.Fail)},
+	} {
+		if err := c.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Webhooks: hooks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the chart renders for approvedWebhookConfigurations.mutating={good,ignored}.
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "tripswitch-webhook-configurations"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{admissionregistrationv1.GroupName}, Resources: []string{"mutatingwebhookconfigurations"},
+		ResourceNames: []string{"good", "ignored"}, Verbs: []string{"get", "list", "watch", "patch"},
+	}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tripswitch-webhook-configurations"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tripswitch", Namespace: "tripswitch-system"}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	breaker := func(name, cfg, webhook string, mutate func(*v1alpha1.WebhookCircuitBreaker)) *v1alpha1.WebhookCircuitBreaker {
+		t.Helper()
+		b := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.WebhookCircuitBreakerSpec{
+			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: cfg, WebhookName: webhook},
+			AllowAdmissionWithoutMutation: true, OpenAction: v1alpha1.OpenActionBypass,
+		}}
+		if mutate != nil {
+			mutate(b)
+		}
+		if err := c.Create(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	setStatus := func(b *v1alpha1.WebhookCircuitBreaker, s v1alpha1.WebhookCircuitBreakerStatus) {
+		t.Helper()
+		b.Status = s
+		if err := c.Status().Update(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy := v1alpha1.WebhookCircuitBreakerStatus{Probe: v1alpha1.ProbeStatus{LastResult: string(probe.Healthy), LastReason: "200 OK"}}
+
+	setStatus(breaker("fine", "good", "w1.example.com", nil), healthy)
+	orig := breaker("orig", "good", "w2.example.com", nil)
+	setStatus(orig, healthy)
+	for orig.CreationTimestamp.Add(time.Second).After(time.Now()) { // the copy is newer
+		time.Sleep(100 * time.Millisecond)
+	}
+	setStatus(breaker("a-copy", "good", "w2.example.com", nil), healthy)
+	setStatus(breaker("typo", "goood", "w1.example.com", nil), healthy)
+	setStatus(breaker("not-approved", "unapproved", "w.example.com", nil), healthy)
+	setStatus(breaker("already-ignore", "ignored", "w.example.com", func(b *v1alpha1.WebhookCircuitBreaker) { b.Spec.OpenAction = v1alpha1.OpenActionIgnore }), healthy)
+	setStatus(breaker("signal", "good", "w3.example.com", func(b *v1alpha1.WebhookCircuitBreaker) {
+		b.Spec.OpenAction = v1alpha1.OpenActionIgnore
+		b.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+	}), healthy)
+	setStatus(breaker("unprobeable", "good", "w4.example.com", nil), v1alpha1.WebhookCircuitBreakerStatus{
+		Probe: v1alpha1.ProbeStatus{LastResult: string(probe.Unknown), LastReason: "caBundle holds no PEM certificate"},
+		Conditions: []metav1.Condition{{Type: controller.ConditionProbeUnsupported, Status: metav1.ConditionTrue, Reason: controller.ReasonProbeUnsupported,
+			Message: "caBundle holds no PEM certificate", LastTransitionTime: metav1.Now()}},
+	})
+
+	stdout, stderr, code := runMain(t, "check", "--kubeconfig", kubeconfig, "-o", "json")
+	if code != 1 || !strings.Contains(stderr, "6 problems found") {
+		t.Fatalf("check exited %d, stderr %q; want 1 and 6 problems\n%s", code, stderr, stdout)
+	}
+	var rep preflight.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("check -o json: %v\n%s", err, stdout)
+	}
+	if rep.Problems != 6 || len(rep.Breakers) != 8 || rep.Controller != "system:serviceaccount:tripswitch-system:tripswitch" {
+		t.Fatalf("report: %d problems, %d breakers, controller %s; want 6, 8, the default ServiceAccount\n%s", rep.Problems, len(rep.Breakers), rep.Controller, stdout)
+	}
+	byName := map[string]preflight.Breaker{}
+	for _, b := range rep.Breakers {
+		byName[b.Name] = b
+	}
+	for name, want := range map[string]struct {
+		check, says string
+	}{
+		"a-copy":         {preflight.CheckConflict, "breaker orig names the same webhook and is older"},
+		"typo":           {preflight.CheckTarget, "goood not found"},
+		"not-approved":   {preflight.CheckApproval, "approved: good, ignored"},
+		"already-ignore": {preflight.CheckFailOpen, "already Ignore"},
+		"signal":         {preflight.CheckPermission, "/metrics"},
+		"unprobeable":    {preflight.CheckProbe, "caBundle holds no PEM certificate"},
+	} {
+		b := byName[name]
+		var problems []preflight.Finding
+		for _, f := range b.Findings {
+			if f.Result == preflight.Problem {
+				problems = append(problems, f)
+			}
+		}
+		if len(problems) != 1 || problems[0].Check != want.check || !strings.Contains(problems[0].Message, want.says) {
+			t.Errorf("%s: problems %+v, want one %s problem saying %q", name, problems, want.check, want.says)
+		}
+	}
+	if w := byName["typo"].Findings; !strings.Contains(w[0].Message, "did you mean good?") {
+		t.Errorf("typo: %q does not suggest good", w[0].Message)
+	}
+	for _, name := range []string{"fine", "orig"} {
+		if b := byName[name]; b.Worst() == preflight.Problem {
+			t.Errorf("%s: %+v, want no problem", name, b.Findings)
+		}
+	}
+
+	var table bytes.Buffer
+	if err := dispatch([]string{"check", "--kubeconfig", kubeconfig}, &table); !errors.Is(err, errProblems) || !strings.Contains(table.String(), "did you mean good?") {
+		t.Errorf("check (table): %v, want %v\n%s", err, errProblems, table.String())
+	}
+	t.Logf("tripswitch check:\n%s", table.String())
+
+	// Only the fine breaker, probed from here too: exit 0, and a table.
+	stdout, stderr, code = runMain(t, "check", "--kubeconfig", kubeconfig, "--probe", "fine")
+	if code != 0 || !strings.Contains(stdout, "1 breakers checked") || !strings.Contains(stdout, "0 problems") || !strings.Contains(stdout, "probed from here: healthy") {
+		t.Fatalf("check fine: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	if _, _, code := runMain(t, "check", "--kubeconfig", kubeconfig, "no-such-breaker"); code != 1 {
+		t.Errorf("check of a breaker that does not exist exited %d, want 1", code)
+	}
+}

@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// Two breakers may name the same webhook (a copy of a manifest, a second
+// GitOps source). Only one may own it: whichever trips first would take the
+// record, and the other would be refused, mid-outage. As Gateway API and
+// Kyverno settle such conflicts, the oldest wins, by creationTimestamp and
+// then by name, and every other breaker naming the same webhook is told at
+// once (Ready=False, reason Conflicted, naming the winner) and never opens
+// the circuit. When the winner is deleted, the next oldest takes over: every
+// breaker naming a webhook is reconciled again when another breaker naming
+// it is created or deleted.
+
+// ReasonConflicted is Ready's reason on a breaker that names the same
+// webhook as an older breaker, which owns it.
+const ReasonConflicted = "Conflicted"
+
+// TargetIndexField indexes breakers by TargetKey in the manager's cache
+// (Setup registers it with IndexTarget).
+const TargetIndexField = "spec.target.key"
+
+// TargetKey is the one string that names a breaker's webhook: kind,
+// configuration and webhook name.
+func TargetKey(t v1alpha1.Target) string {
+	return string(t.Kind) + "/" + t.ConfigurationName + "/" + t.WebhookName
+}
+
+// WebhookIndexField indexes breakers by SignalKey: the API server counts a
+// webhook's calls by name and type, whatever its configuration.
+const WebhookIndexField = "spec.target.webhook"
+
+// SignalKey names what the API server signal counts: a webhook's type and
+// name, across configurations.
+func SignalKey(t v1alpha1.Target) string {
+	return string(t.Kind) + "/" + t.WebhookName
+}
+
+// IndexTarget registers TargetIndexField and WebhookIndexField with the
+// manager's cache.
+func IndexTarget(ctx context.Context, mgr ctrl.Manager) error {
+	for field, key := range map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey} {
+		err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebhookCircuitBreaker{}, field, func(o client.Object) []string {
+			b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
+			if !ok {
+				return nil
+			}
+			return []string{key(b.Spec.Target)}
+		})
+		if err != nil {
+			return fmt.Errorf("index breakers by %s: %w", field, err)
+		}
+	}
+	return nil
+}
+
+// watchPeers reconciles, when a breaker was created, deleted, or started
+// being deleted (the only changes that can change which of them owns a
+// webhook: creationTimestamp and the target are immutable), the breakers
+// that name the same webhook, and those whose API server signal it makes
+// or made ambiguous (see signalAmbiguity).
+func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
+	peers := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
+		if !ok {
+			return nil
+		}
+		list, err := r.named(ctx, WebhookIndexField, SignalKey(b.Spec.Target))
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "list the breakers naming the same webhook", "breaker", b.Name)
+			return nil
+		}
+		var out []reconcile.Request
+		for _, p := range list {
+			// Same webhook: ownership; same name elsewhere: signal ambiguity.
+			if p.Name != b.Name {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Name}})
+			}
+		}
+		return out
+	})
+	changes := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}
+	return bld.Watches(&v1alpha1.WebhookCircuitBreaker{}, peers, builder.WithPredicates(changes))
+}
+
+// peers are the other breakers that name b's webhook.
+func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) ([]v1alpha1.WebhookCircuitBreaker, error) {
+	list, err := r.named(ctx, TargetIndexField, TargetKey(b.Spec.Target))
+	out := list[:0]
+	for _, p := range list {
+		if p.Name != b.Name {
+			out = append(out, p)
+		}
+	}
+	return out, err
+}
+
+// named lists the breakers whose field (TargetIndexField or
+// WebhookIndexField) is key: through the cache's index when it has one,
+// else by listing every breaker.
+func (r *Reconciler) named(ctx context.Context, field, key string) ([]v1alpha1.WebhookCircuitBreaker, error) {
+	of := map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey}[field]
+	var list v1alpha1.WebhookCircuitBreakerList
+	var err error
+	if r.TargetIndexed {
+		err = r.Client.List(ctx, &list, client.MatchingFields{field: key})
+	} else {
+		err = r.Client.List(ctx, &list)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list breakers naming webhook %s: %w", key, err)
+	}
+	out := list.Items[:0]
+	for _, p := range list.Items {
+		if of(p.Spec.Target) == key {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// conflictWinner names the breaker that owns b's webhook when it is not b:
+// the oldest breaker naming it that is not being deleted (a breaker being
+// deleted never opens again, so the next one takes over at once). Empty
+// when b owns it.
+func (r *Reconciler) conflictWinner(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) (string, error) {
+	peers, err := r.peers(ctx, b)
+	if err != nil || len(peers) == 0 {
+		return "", err
+	}
+	return Winner(b, peers), nil
+}
+
+// Winner is the breaker, of b and the others naming the same webhook, that
+// owns it, if that is not b: the oldest by creationTimestamp, then by name,
+// among those not being deleted. Empty when b owns it (b itself counts even
+// while being deleted: its deletion restores what it holds).
+func Winner(b *v1alpha1.WebhookCircuitBreaker, others []v1alpha1.WebhookCircuitBreaker) string {
+	cands := []*v1alpha1.WebhookCircuitBreaker{b}
+	for i := range others {
+		if o := &others[i]; o.Name != b.Name && o.DeletionTimestamp.IsZero() {
+			cands = append(cands, o)
+		}
+	}
+	w := slices.MinFunc(cands, func(x, y *v1alpha1.WebhookCircuitBreaker) int {
+		if c := x.CreationTimestamp.Compare(y.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	if w.Name == b.Name {
+		return ""
+	}
+	return w.Name
+}
+
+// checkConflict: an older breaker names the same webhook and owns it. This
+// one never opens the circuit. If it holds one from before the conflict (it
+// tripped first, before tripswitch told conflicts apart), it may still close
+// it, or let it go, as it would alone.
+func checkConflict(in Input) (Decision, bool) {
+	if in.ConflictWinner == "" || in.Deleting {
+		return Decision{}, false
+	}
+	d := Decision{Reason: ReasonConflicted, Blocked: true, Message: fmt.Sprintf(
+		"breaker %s names the same webhook and is older, so it owns it: this breaker never opens the circuit while %s exists. "+
+			"Delete one of the two (this breaker takes over when %s is deleted)", in.ConflictWinner, in.ConflictWinner, in.ConflictWinner)}
+	if rec := in.State.Record; rec == nil || rec.BreakerUID != in.BreakerUID || in.State.RecordErr != nil {
+		return d, true
+	}
+	alone := in
+	alone.ConflictWinner = ""
+	own := Decide(alone)
+	if own.Write == WriteOpen {
+		return d, true
+	}
+	if own.Write != WriteNone || own.ExternalChange || own.Disarm != "" {
+		return own, true
+	}
+	d.Message += "; it still holds the circuit it opened before and closes it when the webhook recovers"
+	return d, true
+}

@@ -1,0 +1,33 @@
+package controller
+
+import (
+	"fmt"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// checkAlreadyFailOpen: the webhook already fails open the way this breaker
+// would open it, and tripswitch did not do it (a failurePolicy of Ignore
+// with openAction Ignore, or tripswitch's own matchCondition with Bypass
+// left without a record). Opening would change nothing, so the breaker
+// says so at once, not only when an outage comes. Only in the modes that
+// may open; a disarm still re-arms on a healthy webhook.
+func checkAlreadyFailOpen(in Input) (Decision, bool) {
+	if (in.Mode != v1alpha1.ModeAuto && in.Mode != v1alpha1.ModeForceOpen) || in.Deleting || !in.TargetFound ||
+		!in.State.FailsOpenWithoutRecord(in.Action) {
+		return Decision{}, false
+	}
+	d := Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Rearm: in.Disarmed && in.Health.Verdict == probe.VerdictHealthy}
+	switch in.Action {
+	case v1alpha1.OpenActionIgnore:
+		d.Message = "the webhook's failurePolicy is already Ignore, set without tripswitch, so openAction Ignore can change nothing: " +
+			"in an outage requests are admitted anyway, each after waiting up to the webhook's timeoutSeconds. " +
+			"Set spec.openAction to Bypass to skip the webhook while it is down"
+	default:
+		d.Message = fmt.Sprintf("the webhook already has matchCondition %s, set without tripswitch's record, so openAction %s can change nothing; leaving it alone",
+			circuit.MatchConditionName, in.Action)
+	}
+	return d, true
+}
