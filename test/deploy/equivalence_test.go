@@ -168,10 +168,7 @@ func TestChartInAnyNamespace(t *testing.T) {
 		}},
 	})
 	for _, o := range objs {
-		// Events about cluster-scoped breakers may only live in "default":
-		// that Role and its binding stay there (config/events-rbac).
-		eventsRBAC := o.GetName() == "tripswitch-events" && o.GetNamespace() == "default"
-		if o.GetNamespace() != "" && o.GetNamespace() != ns && !eventsRBAC {
+		if o.GetNamespace() != "" && o.GetNamespace() != ns {
 			t.Errorf("%s %s in namespace %s, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
 		}
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
@@ -184,14 +181,10 @@ func TestChartInAnyNamespace(t *testing.T) {
 			t.Errorf("%s %s still names tripswitch-system", o.GetKind(), o.GetName())
 		}
 	}
-	guard := false
-	for _, o := range objs {
-		if data, _ := o.MarshalJSON(); o.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(string(data), "system:serviceaccount:"+ns+":") {
-			guard = true
-		}
-	}
-	if !guard {
-		t.Error("the admission guard does not name the ServiceAccount in " + ns)
+	want := []string{"tripswitch-guard-mutating: system:serviceaccount:" + ns + ":tripswitch",
+		"tripswitch-guard-validating: system:serviceaccount:" + ns + ":tripswitch"}
+	if got := guardedUsers(t, objs); !slices.Equal(got, want) {
+		t.Errorf("the admission guard constrains %v, want %v", got, want)
 	}
 }
 
@@ -271,5 +264,119 @@ func TestChartUninstallHook(t *testing.T) {
 	}
 	if len(off.Hooks()) != 0 || !strings.Contains(off.Notes(), "tripswitch standdown --namespace "+ns+" --deployment tripswitch") {
 		t.Errorf("hook off: %d hooks, NOTES:\n%s", len(off.Hooks()), off.Notes())
+	}
+}
+
+// guardedUsers returns the users the admission guard constrains: the
+// ServiceAccounts named by the ClusterRoleBindings its policy bindings
+// select as params (nil when a policy binding selects nothing, or when a
+// policy's binding is missing).
+func guardedUsers(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	var users []string
+	policies := ofKind(objs, "ValidatingAdmissionPolicy")
+	if len(policies) != 2 {
+		t.Fatalf("%d admission guard policies, want 2", len(policies))
+	}
+	for _, p := range policies {
+		var binding *unstructured.Unstructured
+		for _, b := range ofKind(objs, "ValidatingAdmissionPolicyBinding") {
+			if name, _, _ := unstructured.NestedString(b.Object, "spec", "policyName"); name == p.GetName() {
+				binding = b
+			}
+		}
+		if binding == nil {
+			t.Errorf("no binding of policy %s", p.GetName())
+			return nil
+		}
+		match, _, _ := unstructured.NestedStringMap(binding.Object, "spec", "paramRef", "selector", "matchLabels")
+		if len(match) == 0 {
+			t.Errorf("binding %s selects no params", binding.GetName())
+			return nil
+		}
+		for _, crb := range ofKind(objs, "ClusterRoleBinding") {
+			l := crb.GetLabels()
+			selected := true
+			for k, v := range match {
+				selected = selected && l[k] == v
+			}
+			if !selected {
+				continue
+			}
+			subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
+			for _, s := range subjects {
+				m := s.(map[string]any)
+				users = append(users, fmt.Sprintf("%s: system:serviceaccount:%s:%s", p.GetName(), m["namespace"], m["name"]))
+			}
+		}
+	}
+	slices.Sort(users)
+	return users
+}
+
+// TestKustomizeOverlayMatchesChart: an overlay of config/default with
+// `namespace: platform-guard` and `namePrefix: guard-` renders what the
+// chart renders for release "guard" in platform-guard with the
+// ServiceAccount guard-tripswitch: every binding's subject, the events RBAC
+// (cluster-scoped, so no namespace moves it) and the admission guard's
+// constrained user follow the overlay; nothing names tripswitch-system.
+func TestKustomizeOverlayMatchesChart(t *testing.T) {
+	const ns, sa = "platform-guard", "guard-tripswitch"
+	k := overlay(t, "namespace: "+ns+"\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n")
+	values := chartValues()
+	values["serviceAccount"] = map[string]any{"name": sa}
+	acc, err := helmRenderRelease(t, "guard", ns, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := decode(t, []byte(acc.Manifest()))
+
+	for _, o := range k {
+		if data, _ := o.MarshalJSON(); strings.Contains(string(data), "tripswitch-system") {
+			t.Errorf("the overlay's %s still names tripswitch-system", key(o))
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m := s.(map[string]any); m["namespace"] != ns || m["name"] != sa {
+				t.Errorf("the overlay's %s binds %v/%v, want %s/%s", key(o), m["namespace"], m["name"], ns, sa)
+			}
+		}
+	}
+	want := []string{"guard-tripswitch-guard-mutating: system:serviceaccount:" + ns + ":" + sa,
+		"guard-tripswitch-guard-validating: system:serviceaccount:" + ns + ":" + sa}
+	if got := guardedUsers(t, k); !slices.Equal(got, want) {
+		t.Errorf("the overlay's admission guard constrains %v, want %v", got, want)
+	}
+	if got := guardedUsers(t, h); !slices.Equal(got, want) {
+		t.Errorf("the chart's admission guard constrains %v, want %v", got, want)
+	}
+	for _, name := range []string{"guard-tripswitch-events"} {
+		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
+			if find(k, kind, name) == nil {
+				t.Errorf("the overlay has no %s %s", kind, name)
+			}
+		}
+	}
+
+	// Beyond those: the same objects, as in TestChartMatchesKustomize.
+	ko, ho := stripLabels(without(k, "Namespace")), stripLabels(h)
+	var kk, hk []string
+	for n := range ko {
+		kk = append(kk, n)
+	}
+	for n := range ho {
+		hk = append(hk, n)
+	}
+	slices.Sort(kk)
+	slices.Sort(hk)
+	if !slices.Equal(kk, hk) {
+		t.Fatalf("different objects:\nkustomize: %v\nhelm:      %v", kk, hk)
+	}
+	for _, n := range kk {
+		if !reflect.DeepEqual(ko[n].Object, ho[n].Object) {
+			ky, _ := yaml.Marshal(ko[n].Object)
+			hy, _ := yaml.Marshal(ho[n].Object)
+			t.Errorf("%s differs:\n--- kustomize\n%s\n--- helm\n%s", n, ky, hy)
+		}
 	}
 }
