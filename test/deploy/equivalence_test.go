@@ -249,7 +249,12 @@ func TestChartUninstallHook(t *testing.T) {
 	sa, _, _ := unstructured.NestedString(job.Object, "spec", "template", "spec", "serviceAccountName")
 	containers, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=2m"}
+	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=1m"}
+	// An image that never pulls must fail the hook well before Helm's
+	// default --timeout of 5m, and a stand-down must fit in it.
+	if deadline, _, _ := unstructured.NestedFieldNoCopy(job.Object, "spec", "activeDeadlineSeconds"); fmt.Sprint(deadline) != "120" {
+		t.Errorf("the hook's activeDeadlineSeconds is %v, want 120: under Helm's default --timeout of 5m, with room for the 1m lease wait", deadline)
+	}
 	if sa != serviceAccount || strings.Join(args, " ") != strings.Join(want, " ") {
 		t.Errorf("job runs %v as %s, want %v as %s", args, sa, want, serviceAccount)
 	}
