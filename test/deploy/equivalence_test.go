@@ -209,7 +209,7 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		}
 	}
 	notes := helmNotes(t, map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"sidecar-injector"}}})
-	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "runs `tripswitch standdown`", "tripswitch restore --all"} {
+	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "runs `tripswitch standdown`", "tripswitch standdown --namespace " + namespace + " --force", "helm uninstall --no-hooks"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
