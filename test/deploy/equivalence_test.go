@@ -197,6 +197,8 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		want   string
 	}{
 		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": "sidecar-injector"}}, "/approvedWebhookConfigurations/mutating': got string, want array"},
+		{map[string]any{"approvedWebhookConfigurations": map[string]any{"validating": []any{"policy", "{Bad_Name}"}}}, "/approvedWebhookConfigurations/validating/1"},
+		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"Sidecar-Injector"}}}, "/approvedWebhookConfigurations/mutating/0"},
 		{map[string]any{"replicas": 0}, "replicas"},
 		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
 		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},
@@ -383,5 +385,36 @@ func TestKustomizeOverlayMatchesChart(t *testing.T) {
 			hy, _ := yaml.Marshal(ho[n].Object)
 			t.Errorf("%s differs:\n--- kustomize\n%s\n--- helm\n%s", n, ky, hy)
 		}
+	}
+}
+
+// TestTwoReleasesDoNotCollide: two releases of the chart (each in its own
+// namespace) share no cluster-scoped object but the CRD: the admission
+// guard's policies and bindings are named after the release too.
+func TestTwoReleasesDoNotCollide(t *testing.T) {
+	names := map[string]string{}
+	for _, rel := range []string{"alpha", "beta"} {
+		acc, err := helmRenderRelease(t, rel, rel+"-system", chartValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decode(t, []byte(acc.Manifest())) {
+			if o.GetNamespace() != "" || o.GetKind() == "CustomResourceDefinition" {
+				continue
+			}
+			k := o.GetKind() + "/" + o.GetName()
+			if other, ok := names[k]; ok {
+				t.Errorf("releases %s and %s both render %s", other, rel, k)
+			}
+			names[k] = rel
+			if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				if p, _, _ := unstructured.NestedString(o.Object, "spec", "policyName"); !strings.HasPrefix(p, rel+"-tripswitch-guard-") {
+					t.Errorf("release %s's %s binds policy %s", rel, o.GetName(), p)
+				}
+			}
+		}
+	}
+	if names["ValidatingAdmissionPolicy/alpha-tripswitch-guard-mutating"] != "alpha" {
+		t.Errorf("no policy alpha-tripswitch-guard-mutating: %v", names)
 	}
 }
