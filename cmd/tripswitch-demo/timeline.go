@@ -151,6 +151,7 @@ func runPlot(r demo.Run) (panel, error) {
 	}
 	// Marks closer than this share one glyph and say how many they are.
 	dx, dy := end/150, top/40
+	var counts []plot.Plotter
 	for _, set := range []struct {
 		xys   plotter.XYs
 		c     color.Color
@@ -164,7 +165,7 @@ func runPlot(r demo.Run) (panel, error) {
 		if len(set.xys) == 0 {
 			continue
 		}
-		at, counts := group(set.xys, dx, dy)
+		at, n := group(set.xys, dx, dy)
 		sc, err := plotter.NewScatter(at)
 		if err != nil {
 			return panel{}, err
@@ -174,9 +175,9 @@ func runPlot(r demo.Run) (panel, error) {
 		legend.Add(set.name, sc)
 		var lxy plotter.XYs
 		var ltext []string
-		for i, n := range counts {
-			if n > 1 {
-				lxy, ltext = append(lxy, at[i]), append(ltext, fmt.Sprintf("×%d", n))
+		for i, k := range n {
+			if k > 1 {
+				lxy, ltext = append(lxy, at[i]), append(ltext, fmt.Sprintf("×%d", k))
 			}
 		}
 		if len(lxy) > 0 {
@@ -184,14 +185,18 @@ func runPlot(r demo.Run) (panel, error) {
 			if err != nil {
 				return panel{}, err
 			}
-			labels.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
+			// Above the mark, where no other mark of its phase is.
+			labels.Offset = vg.Point{X: vg.Points(3), Y: vg.Points(7)}
 			for i := range labels.TextStyle {
 				labels.TextStyle[i].Color = set.c
 			}
-			p.Add(labels)
+			counts = append(counts, labels)
 		}
 	}
-	p.X.Min, p.X.Max = 0, end*1.02
+	for _, c := range counts { // last, so that no mark covers a count
+		p.Add(c)
+	}
+	p.X.Min, p.X.Max = 0, end*1.05
 	p.Y.Min, p.Y.Max = 0, top
 	return panel{plot: p, legend: legend}, nil
 }
@@ -258,7 +263,7 @@ func (secondTicks) Ticks(lo, hi float64) []plot.Tick {
 	step := 1.0
 	for _, s := range []float64{1, 2, 5, 10, 30, 60} {
 		step = s
-		if (hi-lo)/s <= 16 {
+		if (hi-lo)/s <= 20 {
 			break
 		}
 	}

@@ -84,7 +84,7 @@ func TestSecondTicks(t *testing.T) {
 			long = append(long, tk.Label)
 		}
 	}
-	if len(long) > 16 || len(long) < 6 {
+	if len(long) > 21 || len(long) < 6 {
 		t.Errorf("a minute: %d labelled ticks %v", len(long), long)
 	}
 }
