@@ -365,6 +365,23 @@ func TestKustomizeOverlayMatchesChart(t *testing.T) {
 		}
 	}
 
+	// The optional components' bindings follow the overlay too.
+	withComponents := overlay(t, "namespace: "+ns+"\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n"+
+		"components:\n  - {{config}}/endpoint-probing\n  - {{config}}/audit\n  - {{config}}/apiserver-signal\n")
+	bound := 0
+	for _, o := range withComponents {
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			bound++
+			if m := s.(map[string]any); m["namespace"] != ns || m["name"] != sa {
+				t.Errorf("with the components, %s binds %v/%v, want %s/%s", key(o), m["namespace"], m["name"], ns, sa)
+			}
+		}
+	}
+	if bound < 7 {
+		t.Errorf("with the components, only %d subjects", bound)
+	}
+
 	// Beyond those: the same objects, as in TestChartMatchesKustomize.
 	ko, ho := stripLabels(without(k, "Namespace")), stripLabels(h)
 	var kk, hk []string
