@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
 // Retry is an http.RoundTripper that retries transient failures of Next
@@ -38,6 +40,22 @@ type Retry struct {
 	Wait func(ctx context.Context, d time.Duration) error
 }
 
+// Validate returns a *breaker.ConfigError naming the first invalid field: a
+// negative Attempts, Backoff or MaxBackoff (zero means the default; a
+// negative value used to be taken for it silently). RoundTrip returns the
+// same error, sending nothing.
+func (r *Retry) Validate() error {
+	switch {
+	case r.Attempts < 0:
+		return &breaker.ConfigError{Field: "Retry.Attempts", Value: r.Attempts, Reason: "must be positive (0 means the default, 3)"}
+	case r.Backoff < 0:
+		return &breaker.ConfigError{Field: "Retry.Backoff", Value: r.Backoff, Reason: "must not be negative (0 means the default, 200ms)"}
+	case r.MaxBackoff < 0:
+		return &breaker.ConfigError{Field: "Retry.MaxBackoff", Value: r.MaxBackoff, Reason: "must not be negative (0 means the default, 2s)"}
+	}
+	return nil
+}
+
 // drainLimit bounds how much of a discarded response is read so that its
 // connection can be reused; a longer body costs the connection instead.
 const drainLimit = 64 << 10
@@ -47,6 +65,10 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.Next == nil {
 		closeRequestBody(req)
 		return nil, fmt.Errorf("breakerhttp: Retry.Next is nil")
+	}
+	if err := r.Validate(); err != nil {
+		closeRequestBody(req)
+		return nil, fmt.Errorf("breakerhttp: %w", err)
 	}
 	attempts := r.Attempts
 	if attempts <= 0 {

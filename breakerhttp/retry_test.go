@@ -324,3 +324,38 @@ func TestHealthStaysUpWhileOpen(t *testing.T) {
 		t.Fatalf("open circuit reported %+v, want the window that opened it (4 calls, 75%%)", a)
 	}
 }
+
+// TestRetryRejectsNegativeSettings: a negative Attempts, Backoff or
+// MaxBackoff is an error naming the field, from Validate and from every
+// request through the policy, and nothing reaches the server.
+func TestRetryRejectsNegativeSettings(t *testing.T) {
+	h, served := script()
+	srv := newServer(t, h)
+	for _, tc := range []struct {
+		retry breakerhttp.Retry
+		field string
+	}{
+		{breakerhttp.Retry{Attempts: -1, Backoff: -time.Second}, "Retry.Attempts"},
+		{breakerhttp.Retry{Attempts: 2, Backoff: -time.Second}, "Retry.Backoff"},
+		{breakerhttp.Retry{MaxBackoff: -time.Second}, "Retry.MaxBackoff"},
+	} {
+		var ce *breaker.ConfigError
+		if err := tc.retry.Validate(); !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("%+v: Validate = %v, want a ConfigError for %s", tc.retry, err, tc.field)
+		}
+		c := client(t, breakerhttp.Policy{Breaker: newBreaker(t, 100, nil), Base: base(t), Retry: &tc.retry}.RoundTripper())
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: Get = %v, want an error naming %s", tc.retry, err, tc.field)
+		}
+	}
+	if err := (&breakerhttp.Retry{}).Validate(); err != nil {
+		t.Errorf("the zero Retry (every default): %v", err)
+	}
+	if n := served.Load(); n != 0 {
+		t.Errorf("the server saw %d requests, want none", n)
+	}
+}

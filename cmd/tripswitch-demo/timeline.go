@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -27,20 +31,34 @@ var (
 	healedOpenBand  = color.NRGBA{R: 0xff, G: 0xd0, B: 0x80, A: 0x50}
 )
 
+// legendWidth is the strip right of each panel that holds its legend, so
+// that the legend never covers the data.
+const legendWidth = 10 * vg.Centimeter
+
+// panel is one run's plot and the legend drawn beside it.
+type panel struct {
+	plot   *plot.Plot
+	legend plot.Legend
+}
+
 // WriteTimeline draws every create's latency over time, admitted and rejected
-// apart, with the fault and the open circuit as shaded bands; one panel per
-// run, stacked. It writes timeline.svg and timeline.png into dir and returns
-// their paths.
+// apart, with the fault and the open circuit as shaded bands, the fault and
+// the recovery as dashed lines, and creates that would be drawn on top of one
+// another as one mark with their count; one panel per run, stacked, each with
+// its legend beside it. It writes timeline.svg and timeline.png into dir and
+// returns their paths.
 func WriteTimeline(dir string, runs []demo.Run) ([]string, error) {
+	var panels []panel
 	var plots [][]*plot.Plot
 	for _, r := range runs {
-		p, err := runPlot(r)
+		pn, err := runPlot(r)
 		if err != nil {
 			return nil, err
 		}
-		plots = append(plots, []*plot.Plot{p})
+		panels = append(panels, pn)
+		plots = append(plots, []*plot.Plot{pn.plot})
 	}
-	w, h := 24*vg.Centimeter, vg.Length(len(runs))*9*vg.Centimeter
+	w, h := 24*vg.Centimeter+legendWidth, vg.Length(len(runs))*9*vg.Centimeter
 	var paths []string
 	for _, c := range []struct {
 		name   string
@@ -53,9 +71,14 @@ func WriteTimeline(dir string, runs []demo.Run) ([]string, error) {
 	} {
 		dc := draw.New(c.canvas)
 		tiles := draw.Tiles{Rows: len(runs), Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter, PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-		canvases := plot.Align(plots, tiles, dc)
+		canvases := plot.Align(plots, tiles, draw.Crop(dc, 0, -legendWidth, 0, 0))
 		for i := range plots {
-			plots[i][0].Draw(canvases[i][0])
+			pc := canvases[i][0]
+			plots[i][0].Draw(pc)
+			lc := pc
+			lc.Min.X, lc.Max.X = pc.Max.X+4*vg.Millimeter, dc.Max.X-2*vg.Millimeter
+			lc.Max.Y -= 8 * vg.Millimeter // below the panel's title
+			panels[i].legend.Draw(lc)
 		}
 		path := filepath.Join(dir, c.name)
 		if err := writeCanvas(path, c.canvas); err != nil {
@@ -78,18 +101,21 @@ func writeCanvas(path string, c vg.CanvasWriterTo) error {
 	return f.Close()
 }
 
-func runPlot(r demo.Run) (*plot.Plot, error) {
+func runPlot(r demo.Run) (panel, error) {
 	p := plot.New()
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
 	p.Title.Text = fmt.Sprintf("openAction: %s (webhook timeoutSeconds 1, injected delay 2s)", r.Name())
-	p.X.Label.Text = "seconds since the run started"
+	p.X.Label.Text = "seconds since the run started (×N: N creates at the same time and latency, one mark)"
 	p.Y.Label.Text = "ConfigMap create latency (ms)"
+	p.X.Tick.Marker = secondTicks{}
 	p.Add(plotter.NewGrid())
 
 	var ok, recovering, rejected plotter.XYs
-	top := 0.0
+	top, end := 0.0, r.ClosedAt.Seconds()
 	for _, s := range r.Samples {
 		pt := plotter.XY{X: s.At.Seconds(), Y: float64(s.Latency.Microseconds()) / 1000}
-		top = max(top, pt.Y)
+		top, end = max(top, pt.Y), max(end, pt.X)
 		switch {
 		case !s.Admitted:
 			rejected = append(rejected, pt)
@@ -99,8 +125,7 @@ func runPlot(r demo.Run) (*plot.Plot, error) {
 			ok = append(ok, pt)
 		}
 	}
-	// Headroom above the data for the legend, so it never covers a point.
-	top *= 1.6
+	top *= 1.2 // room for the counts and the marks' names
 	for _, b := range []struct {
 		from, to float64
 		c        color.Color
@@ -115,12 +140,18 @@ func runPlot(r demo.Run) (*plot.Plot, error) {
 		}
 		poly, err := plotter.NewPolygon(plotter.XYs{{X: b.from, Y: 0}, {X: b.to, Y: 0}, {X: b.to, Y: top}, {X: b.from, Y: top}})
 		if err != nil {
-			return nil, err
+			return panel{}, err
 		}
 		poly.Color, poly.LineStyle.Width = b.c, 0
 		p.Add(poly)
-		p.Legend.Add(b.name, poly)
+		legend.Add(b.name, poly)
 	}
+	if err := addMarks(p, &legend, r, top); err != nil {
+		return panel{}, err
+	}
+	// Marks closer than this share one glyph and say how many they are.
+	dx, dy := end/150, top/40
+	var counts []plot.Plotter
 	for _, set := range []struct {
 		xys   plotter.XYs
 		c     color.Color
@@ -134,16 +165,114 @@ func runPlot(r demo.Run) (*plot.Plot, error) {
 		if len(set.xys) == 0 {
 			continue
 		}
-		sc, err := plotter.NewScatter(set.xys)
+		at, n := group(set.xys, dx, dy)
+		sc, err := plotter.NewScatter(at)
 		if err != nil {
-			return nil, err
+			return panel{}, err
 		}
 		sc.GlyphStyle = draw.GlyphStyle{Color: set.c, Radius: vg.Points(4), Shape: set.shape}
 		p.Add(sc)
-		p.Legend.Add(set.name, sc)
+		legend.Add(set.name, sc)
+		var lxy plotter.XYs
+		var ltext []string
+		for i, k := range n {
+			if k > 1 {
+				lxy, ltext = append(lxy, at[i]), append(ltext, fmt.Sprintf("×%d", k))
+			}
+		}
+		if len(lxy) > 0 {
+			labels, err := plotter.NewLabels(plotter.XYLabels{XYs: lxy, Labels: ltext})
+			if err != nil {
+				return panel{}, err
+			}
+			// Above the mark, where no other mark of its phase is.
+			labels.Offset = vg.Point{X: vg.Points(3), Y: vg.Points(7)}
+			for i := range labels.TextStyle {
+				labels.TextStyle[i].Color = set.c
+			}
+			counts = append(counts, labels)
+		}
 	}
-	p.Legend.Top = true
-	p.Legend.Left = false
+	for _, c := range counts { // last, so that no mark covers a count
+		p.Add(c)
+	}
+	p.X.Min, p.X.Max = 0, end*1.05
 	p.Y.Min, p.Y.Max = 0, top
-	return p, nil
+	return panel{plot: p, legend: legend}, nil
+}
+
+// addMarks draws the fault and the recovery as dashed vertical lines, each
+// named at its top.
+func addMarks(p *plot.Plot, legend *plot.Legend, r demo.Run, top float64) error {
+	var at plotter.XYs
+	var names []string
+	for _, m := range []struct {
+		x    float64
+		name string
+	}{{r.FaultAt.Seconds(), "fault"}, {r.RecoveredAt.Seconds(), "healed"}} {
+		if m.x <= 0 {
+			continue
+		}
+		line, err := plotter.NewLine(plotter.XYs{{X: m.x, Y: 0}, {X: m.x, Y: top}})
+		if err != nil {
+			return err
+		}
+		line.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+		p.Add(line)
+		if len(at) == 0 {
+			legend.Add("fault injected, webhook healed (dashed)", line)
+		}
+		at, names = append(at, plotter.XY{X: m.x, Y: top}), append(names, m.name)
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	labels, err := plotter.NewLabels(plotter.XYLabels{XYs: at, Labels: names})
+	if err != nil {
+		return err
+	}
+	labels.Offset = vg.Point{X: vg.Points(3), Y: -vg.Points(11)}
+	p.Add(labels)
+	return nil
+}
+
+// group merges points closer than dx and dy to the first of them into one
+// mark, in time order, and returns the marks and how many points each is.
+func group(xys plotter.XYs, dx, dy float64) (plotter.XYs, []int) {
+	pts := slices.Clone(xys)
+	slices.SortStableFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+	var at plotter.XYs
+	var counts []int
+	for _, pt := range pts {
+		i := slices.IndexFunc(at, func(m plotter.XY) bool { return math.Abs(pt.X-m.X) <= dx && math.Abs(pt.Y-m.Y) <= dy })
+		if i < 0 {
+			at, counts = append(at, pt), append(counts, 1)
+			continue
+		}
+		counts[i]++
+	}
+	return at, counts
+}
+
+// secondTicks marks every second on a short run, every 2, 5 or 10 on longer
+// ones, each labelled, with unlabelled minor ticks between.
+type secondTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (secondTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 1.0
+	for _, s := range []float64{1, 2, 5, 10, 30, 60} {
+		step = s
+		if (hi-lo)/s <= 20 {
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+		if v+step/2 <= hi {
+			ticks = append(ticks, plot.Tick{Value: v + step/2})
+		}
+	}
+	return ticks
 }

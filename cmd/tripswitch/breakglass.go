@@ -178,7 +178,7 @@ func runRestore(args []string, out io.Writer) error {
 	return nil
 }
 
-const standdownUsage = `Usage: tripswitch standdown [--kubeconfig PATH] --namespace NS [--deployment NAME] [--lease NAME] [--timeout D]
+const standdownUsage = `Usage: tripswitch standdown [--kubeconfig PATH] --namespace NS [--deployment NAME] [--lease NAME] [--timeout D] [--force]
 
 Run before uninstalling (the Helm chart runs it as a pre-delete hook): scales
 the controller's Deployment to 0, waits until no replica holds the leader
@@ -186,6 +186,14 @@ Lease, restores every breaker's circuit from its record and removes every
 breaker's finalizer, so deleting the controller, its RBAC and the breakers
 together leaves no webhook failed open and nothing stuck. Fails, naming the
 breaker, when a circuit cannot be restored.
+
+Without --deployment it stops the one Deployment in the namespace labelled
+app.kubernetes.io/name=tripswitch,app.kubernetes.io/component=controller (a
+Helm release names it RELEASE-tripswitch). When there is no such Deployment
+it changes nothing and fails: a wrong --namespace would otherwise release the
+breakers of a controller that runs elsewhere. --force goes on without one,
+for when the controller is already gone; nothing overrides a leader that
+still renews the Lease.
 `
 
 func runStanddown(args []string, out io.Writer) error {
@@ -194,9 +202,10 @@ func runStanddown(args []string, out io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(out, standdownUsage); fs.PrintDefaults() }
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
 	namespace := fs.String("namespace", "", "the controller's namespace (required)")
-	deployment := fs.String("deployment", "tripswitch", "the controller's Deployment")
+	deployment := fs.String("deployment", "", "the controller's Deployment; default: the one labelled as tripswitch's controller in --namespace")
 	lease := fs.String("lease", "tripswitch.dev", "the controller's leader-election Lease")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the leader to let go of the Lease")
+	force := fs.Bool("force", false, "restore and release the breakers even when no controller Deployment is found (it is already gone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -215,5 +224,5 @@ func runStanddown(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+5*time.Minute)
 	defer cancel()
-	return breakglass.StandDown{Client: c, Namespace: *namespace, Deployment: *deployment, Lease: *lease, Timeout: *timeout, Log: out}.Run(ctx)
+	return breakglass.StandDown{Client: c, Namespace: *namespace, Deployment: *deployment, Lease: *lease, Timeout: *timeout, Force: *force, Log: out}.Run(ctx)
 }

@@ -25,10 +25,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -191,6 +193,14 @@ func (f *flags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// setLogger makes log the one logger: controller-runtime's and klog's, so
+// that client-go's own lines (a reflector's "Failed to watch", leader
+// election) come out in the same format (JSON by default) as the rest.
+func setLogger(log logr.Logger) {
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+}
+
 func run(args []string, out io.Writer) error {
 	f, err := parseFlags(args, out)
 	if err != nil {
@@ -200,7 +210,7 @@ func run(args []string, out io.Writer) error {
 		fmt.Fprintln(out, "tripswitch", Version())
 		return nil
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
+	setLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	leaseNS, err := f.leaseNamespace()
 	if err != nil {
 		return err

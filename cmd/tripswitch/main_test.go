@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // TestProductionBinaryLinksNoTestCode: the manager's dependency list holds
@@ -58,5 +62,28 @@ func TestHelpVersionAndFlagErrors(t *testing.T) {
 	}
 	if _, err := f.leaseNamespace(); err == nil || !strings.Contains(err.Error(), "--leader-election-namespace") {
 		t.Fatalf("lease namespace outside a cluster: %v", err)
+	}
+}
+
+// TestKlogWritesThroughTheLogger: client-go's klog lines (a reflector's
+// "Failed to watch") come out of the manager's logger, as JSON, not as
+// klog's own text on stderr.
+func TestKlogWritesThroughTheLogger(t *testing.T) {
+	var buf bytes.Buffer
+	f, err := parseFlags(nil, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.zap.DestWriter = &buf
+	setLogger(zap.New(zap.UseFlagOptions(&f.zap)))
+	t.Cleanup(func() { klog.ClearLogger() })
+	klog.ErrorS(errors.New(`the server could not find the requested resource`), "Failed to watch", "reflector", "k8s.io/client-go/informers/factory.go:160")
+	klog.Flush()
+	var line map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &line); err != nil {
+		t.Fatalf("klog's line is not one JSON object (%v):\n%s", err, buf.String())
+	}
+	if line["msg"] != "Failed to watch" || line["reflector"] == nil || line["level"] != "error" {
+		t.Fatalf("klog's line through the logger: %v", line)
 	}
 }

@@ -9,7 +9,14 @@
 //     default image tag is VERSION);
 //   - install.yaml, the kustomize build of config/default pinned to the same
 //     image;
+//   - a CycloneDX SBOM of each platform's image (every Go module linked into
+//     the binary, read from its build information, and every file) and of
+//     each library module (what its packages build with);
 //   - SHA256SUMS of each.
+//
+// The image carries the OCI labels version, revision, source, licenses and
+// created, and its binary the commit it was built from (-buildvcs): the
+// release builds from a git checkout.
 //
 // The same inputs give the same bytes: binaries are built with -trimpath and
 // no build ID, and every timestamp is SOURCE_DATE_EPOCH (default: the last
@@ -28,10 +35,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,10 +114,16 @@ func run(version, out, repo, caBundle string) error {
 	image := repo + ":" + version
 	var artifacts []string
 
-	idx, err := buildIndex(root, version, ca, epoch)
+	src, err := stage(root)
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(src)
+	b, err := buildIndex(src, version, ca, epoch)
+	if err != nil {
+		return err
+	}
+	idx := b.index
 	ociDir := filepath.Join(out, "oci")
 	if err := os.RemoveAll(ociDir); err != nil {
 		return err
@@ -141,17 +156,44 @@ func run(version, out, repo, caBundle string) error {
 	}
 	artifacts = append(artifacts, "install.yaml")
 
+	sboms := b.sboms
+	for _, m := range LibraryModules {
+		sbom, err := librarySBOM(src, m, b.vcs.Revision, epoch)
+		if err != nil {
+			return err
+		}
+		sboms[m+"-"+version+".cdx.json"] = sbom
+	}
+	for _, name := range slices.Sorted(maps.Keys(sboms)) {
+		if err := os.WriteFile(filepath.Join(out, name), sboms[name], 0o644); err != nil {
+			return err
+		}
+		artifacts = append(artifacts, name)
+	}
+	if b.vcs.Modified {
+		fmt.Fprintln(os.Stderr, "release: warning: the checkout has uncommitted changes (vcs.modified=true in the binary)")
+	}
+
 	if err := checksums(out, artifacts); err != nil {
 		return err
 	}
-	fmt.Printf("image %s (index %s, %d platforms) in %s and %s\nchart %s\ninstall.yaml\nSHA256SUMS\n",
-		image, digest, len(Platforms), ociDir, ociTar, chartFile)
+	fmt.Printf("image %s (index %s, %d platforms, revision %s) in %s and %s\nchart %s\ninstall.yaml\n%d SBOMs (CycloneDX)\nSHA256SUMS\n",
+		image, digest, len(Platforms), b.vcs.Revision, ociDir, ociTar, chartFile, len(sboms))
 	return nil
 }
 
+// built is the image index and what the release says about it.
+type built struct {
+	index v1.ImageIndex
+	// sboms holds each platform's SBOM, by file name.
+	sboms map[string][]byte
+	vcs   vcsInfo
+}
+
 // buildIndex builds the binary for each platform and puts each on an empty
-// base with the CA roots.
-func buildIndex(root, version string, ca []byte, epoch time.Time) (v1.ImageIndex, error) {
+// base with the CA roots, labelled and described by an SBOM.
+func buildIndex(root, version string, ca []byte, epoch time.Time) (*built, error) {
+	b := &built{sboms: map[string][]byte{}}
 	var idx v1.ImageIndex = empty.Index
 	idx = mutate.IndexMediaType(idx, types.OCIImageIndex)
 	for _, p := range Platforms {
@@ -159,13 +201,40 @@ func buildIndex(root, version string, ca []byte, epoch time.Time) (v1.ImageIndex
 		if err != nil {
 			return nil, err
 		}
-		img, err := platformImage(bin, ca, p, epoch)
+		bi, vcs, err := readBuildInfo(bin)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", p.OS, p.Architecture, err)
+		}
+		b.vcs = vcs
+		files := imageFiles(bin, ca)
+		labels := ociLabels(version, vcs.Revision, epoch)
+		img, err := platformImage(files, labels, p, epoch)
 		if err != nil {
 			return nil, err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+		sbom, err := imageSBOM(version, p, bi, files, epoch)
+		if err != nil {
+			return nil, err
+		}
+		b.sboms[fmt.Sprintf("tripswitch-%s.%s-%s.cdx.json", version, p.OS, p.Architecture)] = sbom
 	}
-	return idx, nil
+	b.index = mutate.Annotations(idx, ociLabels(version, b.vcs.Revision, epoch)).(v1.ImageIndex)
+	return b, nil
+}
+
+// ociLabels are the image's labels and the index's annotations, under the
+// OCI image spec's pre-defined keys.
+func ociLabels(version, revision string, epoch time.Time) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       "tripswitch",
+		"org.opencontainers.image.description": "A Kubernetes controller that is a circuit breaker for approved admission webhooks",
+		"org.opencontainers.image.version":     version,
+		"org.opencontainers.image.revision":    revision,
+		"org.opencontainers.image.source":      Source,
+		"org.opencontainers.image.licenses":    License,
+		"org.opencontainers.image.created":     epoch.UTC().Format(time.RFC3339),
+	}
 }
 
 // buildBinary builds a static, reproducible controller binary.
@@ -176,7 +245,10 @@ func buildBinary(root, version string, p v1.Platform) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "tripswitch")
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",
+	// -buildvcs=true: the binary records the commit it was built from
+	// (`go version -m` shows vcs.revision, and the main module's version
+	// comes from it instead of "(devel)"); it fails outside a git checkout.
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=true",
 		"-ldflags", "-s -w -buildid= -X main.version="+version, "-o", bin, "./cmd/tripswitch")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=-mod=readonly")
@@ -186,28 +258,32 @@ func buildBinary(root, version string, p v1.Platform) ([]byte, error) {
 	return os.ReadFile(bin)
 }
 
-// platformImage is one platform's image: a single layer holding the binary,
-// the CA roots and a passwd entry for user 65532.
-func platformImage(bin, ca []byte, p v1.Platform, epoch time.Time) (v1.Image, error) {
+// imageFiles are the files of an image's one layer: the binary, the CA
+// roots and a passwd entry for user 65532.
+func imageFiles(bin, ca []byte) []imageFile {
+	return []imageFile{
+		{"etc/group", []byte("root:x:0:\nnonroot:x:65532:\n")},
+		{"etc/passwd", []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+		{"etc/ssl/certs/ca-certificates.crt", ca},
+		{"tripswitch", bin},
+	}
+}
+
+// platformImage is one platform's image: a single layer holding files.
+func platformImage(files []imageFile, labels map[string]string, p v1.Platform, epoch time.Time) (v1.Image, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	files := []struct {
-		name string
-		mode int64
-		data []byte
-	}{
-		{"etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n")},
-		{"etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		{"etc/ssl/certs/ca-certificates.crt", 0o644, ca},
-		{"tripswitch", 0o755, bin},
-	}
 	for _, d := range []string{"etc/", "etc/ssl/", "etc/ssl/certs/"} {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 	}
 	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		mode := int64(0o644)
+		if f.name == "tripswitch" {
+			mode = 0o755
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: mode, Size: int64(len(f.data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(f.data); err != nil {
@@ -240,7 +316,7 @@ func platformImage(bin, ca []byte, p v1.Platform, epoch time.Time) (v1.Image, er
 	cfg.Config.Cmd = nil
 	cfg.Config.WorkingDir = "/"
 	cfg.Config.Env = []string{"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
-	cfg.Config.Labels = map[string]string{"org.opencontainers.image.source": "https://github.com/tripswitch-dev/tripswitch"}
+	cfg.Config.Labels = labels
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return nil, err

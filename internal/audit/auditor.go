@@ -267,6 +267,10 @@ func (a *Auditor) namespaceLabels(ctx context.Context) (map[string]labels.Set, e
 		out[o.GetName()] = o.GetLabels()
 		return true
 	})
+	if apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("list namespaces for the namespaceSelector: %w (the audit needs list on namespaces to evaluate it: "+
+			"Helm --set audit.enabled=true; kustomize: add the component config/audit)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list namespaces for the namespaceSelector: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,16 +22,29 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
 
+// ControllerLabels select the controller's Deployment when StandDown is not
+// given its name: config/manager and the Helm chart both set them.
+var ControllerLabels = map[string]string{"app.kubernetes.io/name": "tripswitch", "app.kubernetes.io/component": "controller"}
+
+// ErrNoController is returned, with nothing changed, when StandDown finds no
+// controller Deployment to stop and was not forced: a wrong --namespace or
+// --deployment would otherwise release every breaker in the cluster while
+// the real controller runs elsewhere.
+var ErrNoController = errors.New("no controller Deployment found")
+
 // StandDown is what an uninstall runs before it deletes anything (the
 // chart's pre-delete hook; `tripswitch standdown` before `kubectl delete -k`).
 // Deleting the controller, its RBAC and the breakers together would leave
 // every open circuit failed open, with nobody to close it, and the breakers
 // stuck on their finalizer. So, in order:
 //
-//  1. the controller is scaled to zero replicas, so nothing opens a circuit
-//     again behind the restore;
+//  1. the controller's Deployment is found (by name, or by
+//     ControllerLabels) and scaled to zero replicas, so nothing opens a
+//     circuit again behind the restore; when there is none it stops with
+//     ErrNoController and changes nothing, unless Force;
 //  2. the wait for its leader Lease to be released (or to expire) proves no
-//     replica is still acting;
+//     replica is still acting; a Lease still renewed when Timeout ends stops
+//     it, whatever Force says;
 //  3. every breaker's circuit is restored from its record, with the
 //     controller's own one-patch protocol;
 //  4. every breaker's finalizer is removed, so deleting it completes without
@@ -41,12 +56,21 @@ import (
 // the error says which: the uninstall stops there instead of hiding it.
 type StandDown struct {
 	Client client.Client
-	// Namespace, Deployment and Lease name the controller's Deployment and
-	// its leader-election Lease.
-	Namespace, Deployment, Lease string
-	// Timeout bounds the wait for the Lease.
+	// Namespace is the controller's namespace (required).
+	Namespace string
+	// Deployment names the controller's Deployment; empty: the one
+	// Deployment in Namespace with ControllerLabels (more than one is an
+	// error).
+	Deployment string
+	// Lease names the controller's leader-election Lease (required).
+	Lease string
+	// Timeout bounds the wait for the Lease; zero is two minutes.
 	Timeout time.Duration
-	// Log receives one line per step.
+	// Force restores and releases the breakers even when no controller
+	// Deployment was found (the controller is already gone). It does not
+	// override a Lease that a replica still renews.
+	Force bool
+	// Log receives one line per thing done.
 	Log io.Writer
 	// Now is the clock for the Lease's expiry; nil is time.Now.
 	Now func() time.Time
@@ -54,67 +78,145 @@ type StandDown struct {
 
 // Run performs the stand-down.
 func (s StandDown) Run(ctx context.Context) error {
-	if s.Namespace == "" || s.Deployment == "" || s.Lease == "" {
-		return errors.New("stand down: the controller's namespace, Deployment and Lease must all be named")
+	if s.Namespace == "" || s.Lease == "" {
+		return errors.New("stand down: the controller's namespace and Lease must be named")
 	}
 	now := s.Now
 	if now == nil {
 		now = time.Now
 	}
-	if err := s.scaleToZero(ctx); err != nil {
+	deployment, err := s.findController(ctx)
+	switch {
+	case errors.Is(err, ErrNoController) && s.Force:
+		fmt.Fprintf(s.Log, "%v; --force: nothing stopped, going on\n", err)
+	case err != nil:
+		return err
+	default:
+		if err := s.scaleToZero(ctx, deployment); err != nil {
+			return err
+		}
+	}
+	if err := s.waitForLease(ctx, now, deployment); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Log, "scaled deployment %s/%s to 0 replicas\n", s.Namespace, s.Deployment)
-	if err := s.waitForLease(ctx, now); err != nil {
-		return err
-	}
-	fmt.Fprintf(s.Log, "no replica holds lease %s/%s\n", s.Namespace, s.Lease)
 
 	var breakers v1alpha1.WebhookCircuitBreakerList
 	if err := s.Client.List(ctx, &breakers); err != nil {
 		return fmt.Errorf("stand down: list breakers: %w", err)
 	}
 	var errs []error
+	var restored, released int
 	for i := range breakers.Items {
 		b := &breakers.Items[i]
-		if err := s.release(ctx, b); err != nil {
+		r, err := s.release(ctx, b)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if r.restored {
+			restored++
+		}
+		if r.released {
+			released++
 		}
 	}
+	fmt.Fprintf(s.Log, "restored %d circuits; removed the finalizer from %d of %d breakers (the others had none)\n",
+		restored, released, len(breakers.Items)-len(errs))
 	if len(errs) > 0 {
 		return fmt.Errorf("stand down: %d of %d breakers not released (their finalizers stay; fix each and run again): %w",
 			len(errs), len(breakers.Items), errors.Join(errs...))
 	}
-	fmt.Fprintf(s.Log, "released %d breakers\n", len(breakers.Items))
 	return nil
 }
 
-func (s StandDown) scaleToZero(ctx context.Context) error {
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: s.Deployment, Namespace: s.Namespace}}
+// findController returns the name of the controller's Deployment, or
+// ErrNoController.
+func (s StandDown) findController(ctx context.Context) (string, error) {
+	if s.Deployment != "" {
+		err := s.Client.SubResource("scale").Get(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: s.Deployment, Namespace: s.Namespace}}, &autoscalingv1.Scale{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return "", fmt.Errorf("stand down: %w: deployment %s/%s does not exist%s; name the controller's with --namespace and --deployment, or pass --force if it is already gone",
+				ErrNoController, s.Namespace, s.Deployment, s.candidates(ctx))
+		case err != nil:
+			return "", fmt.Errorf("stand down: get deployment %s/%s: %w", s.Namespace, s.Deployment, err)
+		}
+		return s.Deployment, nil
+	}
+	names, err := s.labelled(ctx)
+	if err != nil {
+		return "", fmt.Errorf("stand down: find the controller's Deployment in %s by its labels (or name it with --deployment): %w", s.Namespace, err)
+	}
+	switch len(names) {
+	case 0:
+		return "", fmt.Errorf("stand down: %w: no Deployment in namespace %s is labelled %s; name the controller's with --namespace and --deployment, or pass --force if it is already gone",
+			ErrNoController, s.Namespace, labels.Set(ControllerLabels))
+	case 1:
+		return names[0], nil
+	default:
+		return "", fmt.Errorf("stand down: %d Deployments in namespace %s are labelled %s (%s): name the controller's with --deployment",
+			len(names), s.Namespace, labels.Set(ControllerLabels), strings.Join(names, ", "))
+	}
+}
+
+// labelled lists the Deployments in Namespace with ControllerLabels.
+func (s StandDown) labelled(ctx context.Context) ([]string, error) {
+	var list appsv1.DeploymentList
+	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels(ControllerLabels)); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, d := range list.Items {
+		names = append(names, d.Name)
+	}
+	return names, nil
+}
+
+// candidates names, for an error, the labelled Deployments in Namespace;
+// empty when there are none or they may not be listed.
+func (s StandDown) candidates(ctx context.Context) string {
+	names, err := s.labelled(ctx)
+	if err != nil || len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (labelled as tripswitch's controller there: %s)", strings.Join(names, ", "))
+}
+
+func (s StandDown) scaleToZero(ctx context.Context, name string) error {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace}}
+	var scale autoscalingv1.Scale
+	if err := s.Client.SubResource("scale").Get(ctx, d, &scale); err != nil {
+		return fmt.Errorf("stand down: get the scale of deployment %s/%s: %w", s.Namespace, name, err)
+	}
+	if scale.Spec.Replicas == 0 {
+		fmt.Fprintf(s.Log, "deployment %s/%s was at 0 replicas already\n", s.Namespace, name)
+		return nil
+	}
 	err := s.Client.SubResource("scale").Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`)),
 		client.WithSubResourceBody(&autoscalingv1.Scale{}))
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil // no controller: nothing to stop
-	case err != nil:
-		return fmt.Errorf("stand down: scale deployment %s/%s to 0: %w", s.Namespace, s.Deployment, err)
+	if err != nil {
+		return fmt.Errorf("stand down: scale deployment %s/%s to 0: %w", s.Namespace, name, err)
 	}
+	fmt.Fprintf(s.Log, "scaled deployment %s/%s from %d to 0 replicas (it stays at 0; `kubectl scale` it back if you keep tripswitch)\n",
+		s.Namespace, name, scale.Spec.Replicas)
 	return nil
 }
 
 // waitForLease returns once no replica can be leader: the Lease is gone,
 // released (no holder) or past its duration since the last renewal.
-func (s StandDown) waitForLease(ctx context.Context, now func() time.Time) error {
+// deployment is the one scaled to zero, empty when none was.
+func (s StandDown) waitForLease(ctx context.Context, now func() time.Time, deployment string) error {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	var last string
+	var last, said string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var l coordinationv1.Lease
 		err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Lease}, &l)
 		switch {
 		case apierrors.IsNotFound(err):
+			said = fmt.Sprintf("lease %s/%s does not exist: no replica leads", s.Namespace, s.Lease)
 			return true, nil
 		case err != nil:
 			return false, fmt.Errorf("get lease %s/%s: %w", s.Namespace, s.Lease, err)
@@ -124,26 +226,38 @@ func (s StandDown) waitForLease(ctx context.Context, now func() time.Time) error
 			holder = *l.Spec.HolderIdentity
 		}
 		if holder == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			said = fmt.Sprintf("lease %s/%s is released: no replica leads", s.Namespace, s.Lease)
 			return true, nil
 		}
 		expires := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-		last = fmt.Sprintf("held by %s until %s", holder, expires.Format(time.RFC3339))
+		last = fmt.Sprintf("held by %s, last renewed %s", holder, l.Spec.RenewTime.UTC().Format(time.RFC3339))
+		said = fmt.Sprintf("lease %s/%s expired (%s): no replica leads", s.Namespace, s.Lease, last)
 		return now().After(expires), nil
 	})
 	if err != nil {
-		return fmt.Errorf("stand down: a replica still leads (lease %s/%s %s): %w", s.Namespace, s.Lease, last, err)
+		stopped := "nothing was stopped"
+		if deployment != "" {
+			stopped = fmt.Sprintf("deployment %s/%s stays at 0 replicas", s.Namespace, deployment)
+		}
+		return fmt.Errorf("stand down: a replica still leads after %v (lease %s/%s %s): is another tripswitch Deployment running in %s? No circuit was restored and no breaker released; %s: %w",
+			timeout, s.Namespace, s.Lease, last, s.Namespace, stopped, err)
 	}
+	fmt.Fprintln(s.Log, said)
 	return nil
 }
 
+// released is what release did to one breaker.
+type released struct{ restored, released bool }
+
 // release restores a breaker's circuit, if its record is there, and removes
 // its finalizer.
-func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) error {
+func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) (released, error) {
+	var r released
 	if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
 		// The controller puts the finalizer on before it can write to the
 		// target, so a breaker without one holds nothing open (and one whose
 		// configuration is not approved must not fail the uninstall).
-		return nil
+		return r, nil
 	}
 	t := b.Spec.Target
 	err := Restore(ctx, s.Client, t.Kind, t.ConfigurationName, t.WebhookName)
@@ -151,11 +265,12 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	case errors.Is(err, ErrNotRecorded):
 		fmt.Fprintf(s.Log, "breaker %s: %v\n", b.Name, err)
 	case err == nil:
+		r.restored = true
 		fmt.Fprintf(s.Log, "breaker %s: restored %s %s/%s\n", b.Name, t.Kind, t.ConfigurationName, t.WebhookName)
 	case errors.Is(err, errNoRecord), errors.Is(err, errNoConfiguration):
 		// Nothing held open.
 	default:
-		return fmt.Errorf("breaker %s: %w", b.Name, err)
+		return r, fmt.Errorf("breaker %s: %w", b.Name, err)
 	}
 	// The restore recorded itself in the breaker's status, so read it again;
 	// anyone else's write in between only makes this try again.
@@ -163,22 +278,26 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	for range 5 {
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil
+				return r, nil
 			}
-			return fmt.Errorf("breaker %s: %w", b.Name, err)
+			return r, fmt.Errorf("breaker %s: %w", b.Name, err)
 		}
 		if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
-			return nil
+			return r, nil
 		}
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(b, v1alpha1.Finalizer)
 		err2 = s.Client.Patch(ctx, b, patch)
 		if err2 == nil || apierrors.IsNotFound(err2) {
-			return nil
+			r.released = err2 == nil
+			if r.released {
+				fmt.Fprintf(s.Log, "breaker %s: removed finalizer %s\n", b.Name, v1alpha1.Finalizer)
+			}
+			return r, nil
 		}
 		if !apierrors.IsConflict(err2) {
 			break
 		}
 	}
-	return fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err2)
+	return r, fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err2)
 }

@@ -8,6 +8,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,39 +22,41 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
-// installed is a control plane with config/default applied, and a client
-// acting as tripswitch's ServiceAccount.
+// installed is a control plane with an install's objects applied, and a
+// client acting as tripswitch's ServiceAccount.
 type installed struct {
 	env   *testenv.Env
 	admin client.Client
 	sa    client.Client
+	// ns is the controller's namespace.
+	ns string
 }
 
 // install starts a control plane, validates the chart's objects with a
-// server-side dry run, and creates config/default's objects for real.
-func install(t *testing.T) *installed {
+// server-side dry run, and creates objs (config/default, or an overlay of
+// it, installing into ns as user) for real.
+func install(t *testing.T, objs []*unstructured.Unstructured, ns, user string) *installed {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	ctx := t.Context()
-	objs := kustomizeBuild(t, "config/default")
-	ns := find(objs, "Namespace", namespace)
-	if ns == nil {
-		t.Fatal("config/default has no Namespace " + namespace)
+	nsObj := find(objs, "Namespace", ns)
+	if nsObj == nil {
+		t.Fatal("the install has no Namespace " + ns)
 	}
-	if err := env.Client.Create(ctx, ns); err != nil {
-		t.Fatalf("create %s: %v", key(ns), err)
+	if err := env.Client.Create(ctx, nsObj); err != nil {
+		t.Fatalf("create %s: %v", key(nsObj), err)
 	}
-	for _, o := range crdsFirst(helmTemplate(t, chartValues())) {
+	for _, o := range crdsFirst(helmTemplateIn(t, ns, chartValues())) {
 		if err := env.Client.Create(ctx, o, client.DryRunAll); err != nil {
 			t.Fatalf("the API server rejects the chart's %s: %v", key(o), err)
 		}
 	}
 	for _, o := range crdsFirst(without(objs, "Namespace")) {
 		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatalf("the API server rejects config/default's %s: %v", key(o), err)
+			t.Fatalf("the API server rejects the install's %s: %v", key(o), err)
 		}
 	}
-	cfg, err := env.UserConfig(username())
+	cfg, err := env.UserConfig(user)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func install(t *testing.T) *installed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &installed{env: env, admin: env.Client, sa: sa}
+	return &installed{env: env, admin: env.Client, sa: sa, ns: ns}
 }
 
 func crdsFirst(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
@@ -154,8 +157,21 @@ func (in *installed) cycle(ctx context.Context, kind v1alpha1.TargetKind, name s
 // the admission guard installed; everything else is forbidden by RBAC or
 // denied by the guard with its message.
 func TestInstalledPermissions(t *testing.T) {
-	in := install(t)
+	testInstalledPermissions(t, install(t, kustomizeBuild(t, "config/default"), namespace, username()))
+}
+
+// TestOverlayPermissions: the same on an overlay of config/default into
+// namespace platform-guard with namePrefix guard- (the ServiceAccount is
+// platform-guard/guard-tripswitch): the bindings grant it what they grant
+// config/default's, and the admission guard constrains it.
+func TestOverlayPermissions(t *testing.T) {
+	objs := overlay(t, "namespace: platform-guard\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n")
+	testInstalledPermissions(t, install(t, objs, "platform-guard", "system:serviceaccount:platform-guard:guard-tripswitch"))
+}
+
+func testInstalledPermissions(t *testing.T, in *installed) {
 	ctx := t.Context()
+	namespace := in.ns
 	in.mutating(t, approvedMutating)
 	in.mutating(t, "not-approved")
 	in.validating(t, approvedValidating)
@@ -278,6 +294,14 @@ func TestInstalledPermissions(t *testing.T) {
 			Reason:         "LeaderElection", Message: "became leader", Type: corev1.EventTypeNormal}
 		if err := in.sa.Create(ctx, ev); err != nil {
 			t.Errorf("the leader-election event in %s as the ServiceAccount: %v", namespace, err)
+		}
+		// Events about a (cluster-scoped) breaker go to "default".
+		bev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "breaker.transition"},
+			EventTime: metav1.NowMicro(), ReportingController: "tripswitch.dev/controller", ReportingInstance: "tripswitch-0",
+			Action: "Open", Reason: "CircuitOpened", Type: corev1.EventTypeNormal, Note: "opened",
+			Regarding: corev1.ObjectReference{Kind: "WebhookCircuitBreaker", Name: "b", APIVersion: "tripswitch.dev/v1alpha1"}}
+		if err := in.sa.Create(ctx, bev); err != nil {
+			t.Errorf("an event about a breaker in default as the ServiceAccount: %v", err)
 		}
 		// Watching the approved configuration by name is allowed.
 		var list admissionregistrationv1.MutatingWebhookConfigurationList

@@ -168,10 +168,7 @@ func TestChartInAnyNamespace(t *testing.T) {
 		}},
 	})
 	for _, o := range objs {
-		// Events about cluster-scoped breakers may only live in "default":
-		// that Role and its binding stay there (config/events-rbac).
-		eventsRBAC := o.GetName() == "tripswitch-events" && o.GetNamespace() == "default"
-		if o.GetNamespace() != "" && o.GetNamespace() != ns && !eventsRBAC {
+		if o.GetNamespace() != "" && o.GetNamespace() != ns {
 			t.Errorf("%s %s in namespace %s, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
 		}
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
@@ -184,14 +181,10 @@ func TestChartInAnyNamespace(t *testing.T) {
 			t.Errorf("%s %s still names tripswitch-system", o.GetKind(), o.GetName())
 		}
 	}
-	guard := false
-	for _, o := range objs {
-		if data, _ := o.MarshalJSON(); o.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(string(data), "system:serviceaccount:"+ns+":") {
-			guard = true
-		}
-	}
-	if !guard {
-		t.Error("the admission guard does not name the ServiceAccount in " + ns)
+	want := []string{"tripswitch-guard-mutating: system:serviceaccount:" + ns + ":tripswitch",
+		"tripswitch-guard-validating: system:serviceaccount:" + ns + ":tripswitch"}
+	if got := guardedUsers(t, objs); !slices.Equal(got, want) {
+		t.Errorf("the admission guard constrains %v, want %v", got, want)
 	}
 }
 
@@ -204,6 +197,8 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		want   string
 	}{
 		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": "sidecar-injector"}}, "/approvedWebhookConfigurations/mutating': got string, want array"},
+		{map[string]any{"approvedWebhookConfigurations": map[string]any{"validating": []any{"policy", "{Bad_Name}"}}}, "/approvedWebhookConfigurations/validating/1"},
+		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"Sidecar-Injector"}}}, "/approvedWebhookConfigurations/mutating/0"},
 		{map[string]any{"replicas": 0}, "replicas"},
 		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
 		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},
@@ -216,7 +211,7 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		}
 	}
 	notes := helmNotes(t, map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"sidecar-injector"}}})
-	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "runs `tripswitch standdown`", "tripswitch restore --all"} {
+	for _, want := range []string{"sidecar-injector", "allowAdmissionWithoutMutation: true", "runs `tripswitch standdown`", "tripswitch standdown --namespace " + namespace + " --force", "helm uninstall --no-hooks"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
@@ -256,7 +251,12 @@ func TestChartUninstallHook(t *testing.T) {
 	sa, _, _ := unstructured.NestedString(job.Object, "spec", "template", "spec", "serviceAccountName")
 	containers, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=2m"}
+	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=1m"}
+	// An image that never pulls must fail the hook well before Helm's
+	// default --timeout of 5m, and a stand-down must fit in it.
+	if deadline, _, _ := unstructured.NestedFieldNoCopy(job.Object, "spec", "activeDeadlineSeconds"); fmt.Sprint(deadline) != "120" {
+		t.Errorf("the hook's activeDeadlineSeconds is %v, want 120: under Helm's default --timeout of 5m, with room for the 1m lease wait", deadline)
+	}
 	if sa != serviceAccount || strings.Join(args, " ") != strings.Join(want, " ") {
 		t.Errorf("job runs %v as %s, want %v as %s", args, sa, want, serviceAccount)
 	}
@@ -271,5 +271,167 @@ func TestChartUninstallHook(t *testing.T) {
 	}
 	if len(off.Hooks()) != 0 || !strings.Contains(off.Notes(), "tripswitch standdown --namespace "+ns+" --deployment tripswitch") {
 		t.Errorf("hook off: %d hooks, NOTES:\n%s", len(off.Hooks()), off.Notes())
+	}
+}
+
+// guardedUsers returns the users the admission guard constrains: the
+// ServiceAccounts named by the ClusterRoleBindings its policy bindings
+// select as params (nil when a policy binding selects nothing, or when a
+// policy's binding is missing).
+func guardedUsers(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	var users []string
+	policies := ofKind(objs, "ValidatingAdmissionPolicy")
+	if len(policies) != 2 {
+		t.Fatalf("%d admission guard policies, want 2", len(policies))
+	}
+	for _, p := range policies {
+		var binding *unstructured.Unstructured
+		for _, b := range ofKind(objs, "ValidatingAdmissionPolicyBinding") {
+			if name, _, _ := unstructured.NestedString(b.Object, "spec", "policyName"); name == p.GetName() {
+				binding = b
+			}
+		}
+		if binding == nil {
+			t.Errorf("no binding of policy %s", p.GetName())
+			return nil
+		}
+		match, _, _ := unstructured.NestedStringMap(binding.Object, "spec", "paramRef", "selector", "matchLabels")
+		if len(match) == 0 {
+			t.Errorf("binding %s selects no params", binding.GetName())
+			return nil
+		}
+		for _, crb := range ofKind(objs, "ClusterRoleBinding") {
+			l := crb.GetLabels()
+			selected := true
+			for k, v := range match {
+				selected = selected && l[k] == v
+			}
+			if !selected {
+				continue
+			}
+			subjects, _, _ := unstructured.NestedSlice(crb.Object, "subjects")
+			for _, s := range subjects {
+				m := s.(map[string]any)
+				users = append(users, fmt.Sprintf("%s: system:serviceaccount:%s:%s", p.GetName(), m["namespace"], m["name"]))
+			}
+		}
+	}
+	slices.Sort(users)
+	return users
+}
+
+// TestKustomizeOverlayMatchesChart: an overlay of config/default with
+// `namespace: platform-guard` and `namePrefix: guard-` renders what the
+// chart renders for release "guard" in platform-guard with the
+// ServiceAccount guard-tripswitch: every binding's subject, the events RBAC
+// (cluster-scoped, so no namespace moves it) and the admission guard's
+// constrained user follow the overlay; nothing names tripswitch-system.
+func TestKustomizeOverlayMatchesChart(t *testing.T) {
+	const ns, sa = "platform-guard", "guard-tripswitch"
+	k := overlay(t, "namespace: "+ns+"\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n")
+	values := chartValues()
+	values["serviceAccount"] = map[string]any{"name": sa}
+	acc, err := helmRenderRelease(t, "guard", ns, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := decode(t, []byte(acc.Manifest()))
+
+	for _, o := range k {
+		if data, _ := o.MarshalJSON(); strings.Contains(string(data), "tripswitch-system") {
+			t.Errorf("the overlay's %s still names tripswitch-system", key(o))
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m := s.(map[string]any); m["namespace"] != ns || m["name"] != sa {
+				t.Errorf("the overlay's %s binds %v/%v, want %s/%s", key(o), m["namespace"], m["name"], ns, sa)
+			}
+		}
+	}
+	want := []string{"guard-tripswitch-guard-mutating: system:serviceaccount:" + ns + ":" + sa,
+		"guard-tripswitch-guard-validating: system:serviceaccount:" + ns + ":" + sa}
+	if got := guardedUsers(t, k); !slices.Equal(got, want) {
+		t.Errorf("the overlay's admission guard constrains %v, want %v", got, want)
+	}
+	if got := guardedUsers(t, h); !slices.Equal(got, want) {
+		t.Errorf("the chart's admission guard constrains %v, want %v", got, want)
+	}
+	for _, name := range []string{"guard-tripswitch-events"} {
+		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
+			if find(k, kind, name) == nil {
+				t.Errorf("the overlay has no %s %s", kind, name)
+			}
+		}
+	}
+
+	// The optional components' bindings follow the overlay too.
+	withComponents := overlay(t, "namespace: "+ns+"\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n"+
+		"components:\n  - {{config}}/endpoint-probing\n  - {{config}}/audit\n  - {{config}}/apiserver-signal\n")
+	bound := 0
+	for _, o := range withComponents {
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			bound++
+			if m := s.(map[string]any); m["namespace"] != ns || m["name"] != sa {
+				t.Errorf("with the components, %s binds %v/%v, want %s/%s", key(o), m["namespace"], m["name"], ns, sa)
+			}
+		}
+	}
+	if bound < 7 {
+		t.Errorf("with the components, only %d subjects", bound)
+	}
+
+	// Beyond those: the same objects, as in TestChartMatchesKustomize.
+	ko, ho := stripLabels(without(k, "Namespace")), stripLabels(h)
+	var kk, hk []string
+	for n := range ko {
+		kk = append(kk, n)
+	}
+	for n := range ho {
+		hk = append(hk, n)
+	}
+	slices.Sort(kk)
+	slices.Sort(hk)
+	if !slices.Equal(kk, hk) {
+		t.Fatalf("different objects:\nkustomize: %v\nhelm:      %v", kk, hk)
+	}
+	for _, n := range kk {
+		if !reflect.DeepEqual(ko[n].Object, ho[n].Object) {
+			ky, _ := yaml.Marshal(ko[n].Object)
+			hy, _ := yaml.Marshal(ho[n].Object)
+			t.Errorf("%s differs:\n--- kustomize\n%s\n--- helm\n%s", n, ky, hy)
+		}
+	}
+}
+
+// TestTwoReleasesDoNotCollide: two releases of the chart (each in its own
+// namespace) share no cluster-scoped object but the CRD: the admission
+// guard's policies and bindings are named after the release too.
+func TestTwoReleasesDoNotCollide(t *testing.T) {
+	names := map[string]string{}
+	for _, rel := range []string{"alpha", "beta"} {
+		acc, err := helmRenderRelease(t, rel, rel+"-system", chartValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decode(t, []byte(acc.Manifest())) {
+			if o.GetNamespace() != "" || o.GetKind() == "CustomResourceDefinition" {
+				continue
+			}
+			k := o.GetKind() + "/" + o.GetName()
+			if other, ok := names[k]; ok {
+				t.Errorf("releases %s and %s both render %s", other, rel, k)
+			}
+			names[k] = rel
+			if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				if p, _, _ := unstructured.NestedString(o.Object, "spec", "policyName"); !strings.HasPrefix(p, rel+"-tripswitch-guard-") {
+					t.Errorf("release %s's %s binds policy %s", rel, o.GetName(), p)
+				}
+			}
+		}
+	}
+	if names["ValidatingAdmissionPolicy/alpha-tripswitch-guard-mutating"] != "alpha" {
+		t.Errorf("no policy alpha-tripswitch-guard-mutating: %v", names)
 	}
 }

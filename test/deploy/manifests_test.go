@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v4/pkg/action"
@@ -48,8 +50,29 @@ func repoPath(t testing.TB, elem ...string) string {
 // `kubectl apply -k` does.
 func kustomizeBuild(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
+	return kustomizeBuildAt(t, repoPath(t, dir))
+}
+
+// overlay writes kustomization (its `resources:` may name config/... as
+// {{config}}) into a temporary directory and builds it.
+func overlay(t testing.TB, kustomization string) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, repoPath(t, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := strings.ReplaceAll(kustomization, "{{config}}", rel)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kustomizeBuildAt(t, dir)
+}
+
+func kustomizeBuildAt(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	opts := krusty.MakeDefaultOptions()
-	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), repoPath(t, dir))
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -96,6 +119,12 @@ func helmNotes(t testing.TB, values map[string]any) string {
 
 func helmRender(t testing.TB, ns string, values map[string]any) (release.Accessor, error) {
 	t.Helper()
+	return helmRenderRelease(t, "tripswitch", ns, values)
+}
+
+// helmRenderRelease renders the chart for release name in namespace ns.
+func helmRenderRelease(t testing.TB, name, ns string, values map[string]any) (release.Accessor, error) {
+	t.Helper()
 	chrt, err := loader.Load(repoPath(t, "charts", "tripswitch"))
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -105,7 +134,7 @@ func helmRender(t testing.TB, ns string, values map[string]any) (release.Accesso
 	cfg.KubeClient = &kubefake.PrintingKubeClient{Out: io.Discard}
 	install := action.NewInstall(cfg)
 	install.DryRunStrategy = action.DryRunClient
-	install.ReleaseName = "tripswitch"
+	install.ReleaseName = name
 	install.Namespace = ns
 	install.Replace = true
 	install.IncludeCRDs = true

@@ -7,12 +7,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/hex"
+	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +69,17 @@ func TestReleaseArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	revision := gitHead(t)
+	wantLabels := map[string]string{
+		"org.opencontainers.image.version": version, "org.opencontainers.image.revision": revision,
+		"org.opencontainers.image.source": "https://github.com/tripswitch-dev/tripswitch", "org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.created": "2027-01-15T08:00:00Z",
+	}
+	for k, v := range wantLabels {
+		if got := im.Annotations[k]; got != v {
+			t.Errorf("index annotation %s = %q, want %q", k, got, v)
+		}
+	}
 	platforms := map[string]bool{}
 	for _, d := range im.Manifests {
 		if d.Platform == nil {
@@ -83,7 +98,13 @@ func TestReleaseArtifacts(t *testing.T) {
 			cfg.OS != d.Platform.OS || cfg.Architecture != d.Platform.Architecture {
 			t.Errorf("%s: user %q, entrypoint %v, platform %s/%s", d.Platform.Architecture, cfg.Config.User, cfg.Config.Entrypoint, cfg.OS, cfg.Architecture)
 		}
+		for k, v := range wantLabels {
+			if got := cfg.Config.Labels[k]; got != v {
+				t.Errorf("%s: label %s = %q, want %q", d.Platform.Architecture, k, got, v)
+			}
+		}
 		files := layerFiles(t, img)
+		checkImageSBOM(t, filepath.Join(out, "tripswitch-"+version+".linux-"+d.Platform.Architecture+".cdx.json"), files, revision)
 		if !bytes.Contains(files["etc/ssl/certs/ca-certificates.crt"], []byte("BEGIN CERTIFICATE")) {
 			t.Errorf("%s: no CA roots", d.Platform.Architecture)
 		}
@@ -100,6 +121,12 @@ func TestReleaseArtifacts(t *testing.T) {
 			got, err := exec.Command(bin, "--version").CombinedOutput()
 			if err != nil || strings.TrimSpace(string(got)) != "tripswitch "+version {
 				t.Errorf("the image's binary --version: %q (%v), want %q", got, err, "tripswitch "+version)
+			}
+			// The commit it was built from, as the go command stamps it.
+			got, err = exec.Command("go", "version", "-m", bin).CombinedOutput()
+			if err != nil || !strings.Contains(string(got), "\tbuild\tvcs.revision="+revision+"\n") ||
+				strings.Contains(string(got), "(devel)") {
+				t.Errorf("go version -m on the image's binary: want vcs.revision=%s and a module version, not (devel) (%v):\n%s", revision, err, got)
 			}
 		}
 	}
@@ -131,7 +158,7 @@ func TestReleaseArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(sums)), "\n")
-	if len(lines) != 3 {
+	if len(lines) != 3+2+5 {
 		t.Fatalf("SHA256SUMS:\n%s", sums)
 	}
 	for _, l := range lines {
@@ -145,6 +172,21 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 	}
 
+	for module, want := range map[string]string{"breaker": "", "breakerhttp": "golang.org/x/sync", "breakergrpc": "google.golang.org/grpc",
+		"breakerprom": "github.com/prometheus/client_golang", "accessgate": "github.com/maypok86/otter/v2"} {
+		bom := readBOM(t, filepath.Join(out, module+"-"+version+".cdx.json"))
+		if bom.Metadata.Component.Name != "github.com/tripswitch-dev/tripswitch/"+module {
+			t.Errorf("%s's SBOM describes %q", module, bom.Metadata.Component.Name)
+		}
+		var names []string
+		for _, c := range bom.Components {
+			names = append(names, c.Name)
+		}
+		if want == "" && len(names) != 0 || want != "" && !slices.Contains(names, want) {
+			t.Errorf("%s's SBOM lists %v, want %q", module, names, want)
+		}
+	}
+
 	again := t.TempDir()
 	release(t, again)
 	for _, name := range []string{"SHA256SUMS"} {
@@ -155,6 +197,97 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 	}
 	t.Logf("image index %s", digest)
+}
+
+// bom is the part of a CycloneDX JSON document the test reads.
+type bom struct {
+	BOMFormat, SpecVersion string
+	Metadata               struct {
+		Timestamp string
+		Component struct {
+			Name, Version string
+			Properties    []struct{ Name, Value string }
+		}
+	}
+	Components []struct {
+		Type, Name, Version, Purl string
+		Hashes                    []struct{ Alg, Content string }
+	}
+}
+
+func readBOM(t *testing.T, path string) bom {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bom
+	if err := json.Unmarshal(data, &b); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if b.BOMFormat != "CycloneDX" || b.SpecVersion != "1.6" || b.Metadata.Timestamp != "2027-01-15T08:00:00Z" {
+		t.Errorf("%s: format %s %s, timestamp %s", path, b.BOMFormat, b.SpecVersion, b.Metadata.Timestamp)
+	}
+	return b
+}
+
+// checkImageSBOM: a platform's SBOM names the release and its commit, lists
+// every module the binary says it was built with (and nothing else), and
+// every file of the image with its SHA-256.
+func checkImageSBOM(t *testing.T, path string, files map[string][]byte, revision string) {
+	t.Helper()
+	b := readBOM(t, path)
+	if b.Metadata.Component.Name != "tripswitch" || b.Metadata.Component.Version != version {
+		t.Errorf("%s describes %s %s", path, b.Metadata.Component.Name, b.Metadata.Component.Version)
+	}
+	if !slices.Contains(b.Metadata.Component.Properties, struct{ Name, Value string }{"golang:build:vcs.revision", revision}) {
+		t.Errorf("%s: no vcs.revision %s in %v", path, revision, b.Metadata.Component.Properties)
+	}
+	bi, err := buildinfo.Read(bytes.NewReader(files["tripswitch"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, m := range bi.Deps {
+		if m.Replace != nil {
+			m = m.Replace
+		}
+		want["pkg:golang/"+m.Path+"@"+m.Version] = "library"
+	}
+	for name, data := range files {
+		sum := sha256.Sum256(data)
+		want["/"+name+" "+hex.EncodeToString(sum[:])] = "file"
+	}
+	got := map[string]string{}
+	for _, c := range b.Components {
+		switch c.Type {
+		case "library":
+			got[c.Purl] = c.Type
+		case "file":
+			if len(c.Hashes) == 1 && c.Hashes[0].Alg == "SHA-256" {
+				got[c.Name+" "+c.Hashes[0].Content] = c.Type
+			}
+		}
+	}
+	if !maps.Equal(got, want) || len(want) < 50 {
+		t.Errorf("%s lists %d components, the image has %d:\nSBOM  %v\nimage %v", path, len(got), len(want), got, want)
+	}
+}
+
+// gitHead is the commit the repository is at.
+func gitHead(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "rev-parse", "HEAD")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // layerFiles returns every regular file of an image's layers.
