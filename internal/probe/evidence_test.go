@@ -139,3 +139,64 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 		t.Errorf("a webhook that hangs every request was not judged Unhealthy within 7 s")
 	}
 }
+
+// share is a stall meter that says the controller could not run for that
+// share of any span: 0.8 is a controller throttled to a fifth of a CPU.
+type share float64
+
+func (s share) Stalled(from, to time.Time) time.Duration {
+	return time.Duration(float64(to.Sub(from)) * float64(s))
+}
+
+// TestTimeoutsAreConfirmed: a timeout counts only when the webhook had its
+// whole timeout on the wire and the controller then ran long enough to see
+// an answer. A throttled controller (four fifths of the time stalled) still
+// judges a hung webhook down — it waits past the deadline until it has run
+// — where a rule on the share of the window it lost would discard every
+// such timeout and never open. One that could not run at all since says
+// nothing; an answer that came just after the deadline is a timeout when
+// the controller was running, and no evidence when it was not.
+func TestTimeoutsAreConfirmed(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hung := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	late := healthz(timeout+30*time.Millisecond, http.StatusOK)
+	fast := healthz(0, http.StatusOK)
+	for _, tc := range []struct {
+		name    string
+		stalled share
+		handler http.Handler
+		want    probe.Status
+		discard probe.Discard
+	}{
+		{"hung, the controller running", 0, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a fifth", 0.8, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a tenth", 0.9, hung, probe.Unhealthy, ""},
+		{"hung, the controller not running since", 1, hung, probe.Discarded, probe.DiscardStarved},
+		{"answered just late, the controller running", 0, late, probe.Unhealthy, ""},
+		{"answered just late, the controller not running", 1, late, probe.Discarded, probe.DiscardStarved},
+		{"answered at once, the controller mostly stalled", 1, fast, probe.Healthy, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := countingServer(t, tc.handler)
+			tgt := urlTarget(srv, "/healthz")
+			tgt.Timeout = timeout
+			r := (&probe.HTTPProber{Stalls: tc.stalled}).Probe(t.Context(), tgt)
+			if r.Status != tc.want || r.Discard != tc.discard {
+				t.Fatalf("%s/%s %q, want %s/%s", r.Status, r.Discard, r.Reason, tc.want, tc.discard)
+			}
+			if r.Status == probe.Unhealthy && r.TimedOut {
+				t.Errorf("a confirmed timeout is still marked for the monitor to judge: %q", r.Reason)
+			}
+			if r.Latency > 3*timeout+time.Second {
+				t.Errorf("the probe took %s; a confirmation waits at most two timeouts past the deadline", r.Latency)
+			}
+		})
+	}
+}

@@ -47,6 +47,9 @@ type HTTPProber struct {
 	// controller runs as (identity.Username), so that a webhook that judges
 	// by requester judges the user that really asks. Empty names none.
 	Requester string
+	// Stalls, if set, tells a timeout the webhook caused from one the
+	// controller did (see confirm): nil trusts the clock.
+	Stalls StallMeter
 
 	// transports keeps one keep-alive transport per destination and trust,
 	// as the API server keeps its webhook clients: a steady probe then costs
@@ -208,13 +211,9 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	}
 	held := d.hold(rcancel)
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { held.gotConn.Store(true) },
+		GotConn:      func(httptrace.GotConnInfo) { held.gotConn.Store(true) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { held.wrote.Store(time.Now().UnixNano()) },
 	}))
-	type answer struct {
-		code int
-		body []byte
-		err  error
-	}
 	answered := make(chan answer, 1)
 	go func() {
 		defer func() { <-d.slot }()
@@ -232,20 +231,106 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	}()
 	select {
 	case a := <-answered:
-		if a.err == nil && ctx.Err() != nil {
-			// An answer that raced the deadline: the API server would have
-			// given up on it, so it is a timeout.
-			a.err = ctx.Err()
+		if ctx.Err() != nil {
+			// An answer that raced the deadline.
+			return p.confirm(ctx, d, held, answered, &a, t, uid)
 		}
 		if a.err != nil {
-			return d.paced(held, classify(ctx, a.err, t.Timeout))
+			return classify(ctx, a.err, t.Timeout)
 		}
 		return judge(t, uid, a.code, a.body)
 	case <-ctx.Done():
-		r := classify(ctx, ctx.Err(), t.Timeout)
-		r.Overrun = overrun(ctx)
-		return d.paced(held, r)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return classify(ctx, ctx.Err(), t.Timeout)
+		}
+		return p.confirm(ctx, d, held, answered, nil, t, uid)
 	}
+}
+
+// answer is what the webhook returned, or why not.
+type answer struct {
+	code int
+	body []byte
+	err  error
+}
+
+// confirmRun is how long the controller must have run, after a request's
+// timeout on the wire ran out, to have seen an answer that came in time: a
+// pending answer is read at the scheduler's next look, well within it.
+const confirmRun = 10 * time.Millisecond
+
+// confirm judges a probe whose deadline passed (early: an answer that
+// arrived with it). A timeout is the webhook's only if the webhook had the
+// whole timeout on the wire, from when the request was written (a request
+// the controller wrote late gets the rest of its time), and the controller
+// then ran long enough to see an answer (confirmRun): a paused or throttled
+// controller finds, when it runs again, the deadline passed and the answer
+// that came in time unread. So a probe waits past its deadline, by at most
+// twice its timeout, until that is known. An answer read after the webhook's time
+// is a late answer, a timeout, when the controller ran meanwhile, and no
+// evidence when it had not run since. A request never written within the
+// timeout is left to the monitor's judgement of the controller's stalls.
+func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, answered <-chan answer, early *answer, t Target, uid types.UID) Result {
+	timeout, late := t.Timeout, overrun(ctx)
+	limit := time.Now().Add(2 * timeout)
+	timeoutResult := func(reason string) Result {
+		return Result{Status: Unhealthy, Overrun: late, Reason: reason}
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		now := time.Now()
+		wrote := f.wrote.Load()
+		if wrote == 0 {
+			r := classify(ctx, ctx.Err(), timeout)
+			r.Overrun = late
+			return d.paced(f, r)
+		}
+		due := time.Unix(0, wrote).Add(timeout)
+		switch {
+		case early != nil && !now.After(due):
+			// In time on the wire: the request went out late.
+			if early.err != nil {
+				return classify(context.Background(), early.err, timeout)
+			}
+			return judge(t, uid, early.code, early.body)
+		case early != nil && p.ranAfter(due, now):
+			return timeoutResult(fmt.Sprintf("timeout after %s (answered %s late)", timeout, now.Sub(due).Round(time.Millisecond)))
+		case early != nil:
+			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
+				"answered just after its %s timeout, as the controller ran again after being unable to: it may have come in time; not counted", timeout)}
+		case now.After(due) && p.ranAfter(due, now):
+			return timeoutResult("timeout after " + timeout.String())
+		case now.After(limit):
+			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
+				"timeout after %s, but the controller could not run long enough since to see an answer (CPU-throttled, paused or starved): not counted", timeout)}
+		}
+		wait := max(due.Sub(now), confirmRun)
+		wait = min(wait, max(limit.Sub(now), time.Millisecond))
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case a := <-answered:
+			early = &a
+		case <-timer.C:
+		}
+	}
+}
+
+// ranAfter reports whether the controller ran for confirmRun of the time
+// since due, as the stall meter saw it (without one: whether due passed).
+func (p *HTTPProber) ranAfter(due, now time.Time) bool {
+	if p.Stalls == nil {
+		return !now.Before(due)
+	}
+	return now.Sub(due)-p.Stalls.Stalled(due, now) >= confirmRun
 }
 
 // overrun is how long after ctx's deadline it is now: how late the goroutine
@@ -290,6 +375,8 @@ type inflight struct {
 	recounted bool
 	// gotConn: the request has a connection (it was sent, or is being).
 	gotConn atomic.Bool
+	// wrote is when the request was written, in Unix nanoseconds (0: not yet).
+	wrote atomic.Int64
 }
 
 func (d *destination) hold(cancel context.CancelFunc) *inflight {
