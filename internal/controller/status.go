@@ -235,10 +235,10 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	}
 	switch {
 	case o.obs.health.Starved:
-		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts are not counted while the controller cannot run for a quarter of a probe's timeout "+
-			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node): until then this breaker opens only on explicit failures "+
-			"(refused, reset, TLS errors, HTTP 5xx) or the API server signal. Give the controller more CPU (a higher request or limit) or fewer breakers; "+
-			"last: "+o.obs.health.Last.Reason)
+		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts the controller could not confirm are not counted: it could not run "+
+			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node) long enough to have seen an answer. Explicit failures "+
+			"(refused, reset, TLS errors, HTTP 5xx) and the API server signal count as always; a slow or hung webhook opens later. "+
+			"Give the controller more CPU (a higher request or limit) or fewer breakers; last: "+o.obs.health.Last.Reason)
 	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
 		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
 	}

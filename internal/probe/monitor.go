@@ -47,10 +47,10 @@ type Observation struct {
 	// CPU): every loop's ticks are stretched alike, circuits still open and
 	// close, only later. It clears after lateRun probes on time.
 	Late bool
-	// Starved: a probe timed out while the controller could not run for a
-	// large part of it, within the last starvedHold. Such timeouts are
-	// discarded, so while starved the circuit opens only on explicit
-	// failures (refused, reset, TLS, 5xx) or the API server signal.
+	// Starved: a probe was discarded, within the last starvedHold, because
+	// the controller could not run long enough to judge its timeout. While
+	// starved, explicit failures (refused, reset, TLS, 5xx) and the API
+	// server signal count as always; timeouts only once confirmed.
 	Starved bool
 	// late and onTime count consecutive late and punctual probes.
 	late, onTime int
@@ -92,9 +92,11 @@ type Monitor struct {
 	notify func(key string, r Result, c Change)
 	clock  clock.WithTicker
 
-	// Stalls, if set before Start, judges every timeout: one during which
-	// the controller could not run for a quarter of the probe's timeout is
-	// Discarded (see Observation.Starved).
+	// Stalls, if set before Start, judges the timeouts a prober left
+	// unconfirmed (Result.TimedOut: a request never written in time, a
+	// probe blocked behind held requests): one during which the controller
+	// could not run for a quarter of the probe's timeout is Discarded (see
+	// Observation.Starved). The HTTPProber confirms the rest itself.
 	Stalls StallMeter
 
 	mu    sync.Mutex
@@ -275,9 +277,9 @@ func (m *Monitor) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// judgeStall discards a timeout the controller caused: it could not run for
-// a large part of the probe (see starvedShare), or its own goroutine ran
-// that late after the deadline.
+// judgeStall discards an unconfirmed timeout the controller caused: it
+// could not run for a large part of the probe (see starvedShare), or its
+// own goroutine ran that late after the deadline.
 func (m *Monitor) judgeStall(r Result, from, to time.Time, timeout time.Duration) Result {
 	if r.Status != Unhealthy || !r.TimedOut {
 		return r

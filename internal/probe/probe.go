@@ -59,8 +59,9 @@ type Result struct {
 	// probe started (set by the Monitor): a machine too busy for its
 	// breakers starts every probe late.
 	Lag time.Duration
-	// TimedOut: the probe ran out of time (Status Unhealthy): evidence only
-	// if the controller could run meanwhile (see Monitor.Stalls).
+	// TimedOut: the probe ran out of time (Status Unhealthy) and its prober
+	// could not confirm that the webhook caused it (see HTTPProber.Stalls):
+	// evidence only if the controller could run meanwhile (Monitor.Stalls).
 	TimedOut bool
 	// Overrun is how late after its deadline the probe's own goroutine ran.
 	Overrun time.Duration
