@@ -147,8 +147,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		opts.Stalls = stall.New(stall.Options{})
 	}
 	monitor.Stalls = opts.Stalls
-	if hp, ok := opts.Prober.(*probe.HTTPProber); ok && hp.Stalls == nil {
-		hp.Stalls = opts.Stalls
+	if hp, ok := opts.Prober.(*probe.HTTPProber); ok && hp.Pauses == nil {
+		hp.Pauses = opts.Stalls
 	}
 	if err := mgr.Add(opts.Stalls); err != nil {
 		return nil, fmt.Errorf("add stall watch: %w", err)

@@ -140,12 +140,33 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 	}
 }
 
-// share is a stall meter that says the controller could not run for that
-// share of any span: 0.8 is a controller throttled to a fifth of a CPU.
-type share float64
+// throttled is a pause meter of a controller that runs for run out of every
+// period, as a CFS quota allows: 20 ms of each 100 ms is a fifth of a CPU.
+// period 0: it never pauses; run 0: it never runs again.
+type throttled struct{ run, period time.Duration }
 
-func (s share) Stalled(from, to time.Time) time.Duration {
-	return time.Duration(float64(to.Sub(from)) * float64(s))
+func (c throttled) Paused(from, to time.Time) time.Duration {
+	if c.period == 0 {
+		return 0
+	}
+	if c.run == 0 {
+		return to.Sub(from)
+	}
+	var paused time.Duration
+	for t := from; t.Before(to); {
+		phase := time.Duration(t.UnixNano()) % c.period
+		if phase < c.run { // running until the end of the run
+			t = t.Add(c.run - phase)
+			continue
+		}
+		end := t.Add(c.period - phase)
+		if end.After(to) {
+			end = to
+		}
+		paused += end.Sub(t)
+		t = end
+	}
+	return paused
 }
 
 // TestTimeoutsAreConfirmed: a timeout counts only when the webhook had its
@@ -168,26 +189,27 @@ func TestTimeoutsAreConfirmed(t *testing.T) {
 	})
 	late := healthz(timeout+30*time.Millisecond, http.StatusOK)
 	fast := healthz(0, http.StatusOK)
+	ms := time.Millisecond
 	for _, tc := range []struct {
 		name    string
-		stalled share
+		meter   throttled
 		handler http.Handler
 		want    probe.Status
 		discard probe.Discard
 	}{
-		{"hung, the controller running", 0, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled to a fifth", 0.8, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled to a tenth", 0.9, hung, probe.Unhealthy, ""},
-		{"hung, the controller not running since", 1, hung, probe.Discarded, probe.DiscardStarved},
-		{"answered just late, the controller running", 0, late, probe.Unhealthy, ""},
-		{"answered just late, the controller not running", 1, late, probe.Discarded, probe.DiscardStarved},
-		{"answered at once, the controller mostly stalled", 1, fast, probe.Healthy, ""},
+		{"hung, the controller running", throttled{}, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a fifth", throttled{run: 20 * ms, period: 100 * ms}, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a tenth", throttled{run: 12 * ms, period: 120 * ms}, hung, probe.Unhealthy, ""},
+		{"hung, the controller not running since", throttled{period: 100 * ms}, hung, probe.Discarded, probe.DiscardStarved},
+		{"answered just late, the controller running", throttled{}, late, probe.Unhealthy, ""},
+		{"answered just late, the controller not running", throttled{period: 100 * ms}, late, probe.Discarded, probe.DiscardStarved},
+		{"answered at once, the controller paused since", throttled{period: 100 * ms}, fast, probe.Healthy, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _ := countingServer(t, tc.handler)
 			tgt := urlTarget(srv, "/healthz")
 			tgt.Timeout = timeout
-			r := (&probe.HTTPProber{Stalls: tc.stalled}).Probe(t.Context(), tgt)
+			r := (&probe.HTTPProber{Pauses: tc.meter}).Probe(t.Context(), tgt)
 			if r.Status != tc.want || r.Discard != tc.discard {
 				t.Fatalf("%s/%s %q, want %s/%s", r.Status, r.Discard, r.Reason, tc.want, tc.discard)
 			}

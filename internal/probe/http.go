@@ -47,9 +47,9 @@ type HTTPProber struct {
 	// controller runs as (identity.Username), so that a webhook that judges
 	// by requester judges the user that really asks. Empty names none.
 	Requester string
-	// Stalls, if set, tells a timeout the webhook caused from one the
+	// Pauses, if set, tells a timeout the webhook caused from one the
 	// controller did (see confirm): nil trusts the clock.
-	Stalls StallMeter
+	Pauses PauseMeter
 
 	// transports keeps one keep-alive transport per destination and trust,
 	// as the API server keeps its webhook clients: a steady probe then costs
@@ -254,28 +254,33 @@ type answer struct {
 	err  error
 }
 
-// confirmRun is how long the controller must have run, after a request's
-// timeout on the wire ran out, to have seen an answer that came in time: a
-// pending answer is read at the scheduler's next look, well within it.
-const confirmRun = 10 * time.Millisecond
+// confirmRun is how long the controller must have run without a pause to
+// have seen an answer that was there: a pending answer is read at the
+// scheduler's next look, well within it.
+const confirmRun = 5 * time.Millisecond
+
+// PauseMeter says how long the process did not run at all in a span of
+// time; *stall.Watch implements it.
+type PauseMeter interface {
+	Paused(from, to time.Time) time.Duration
+}
 
 // confirm judges a probe whose deadline passed (early: an answer that
 // arrived with it). A timeout is the webhook's only if the webhook had the
 // whole timeout on the wire, from when the request was written (a request
 // the controller wrote late gets the rest of its time), and the controller
-// then ran long enough to see an answer (confirmRun): a paused or throttled
-// controller finds, when it runs again, the deadline passed and the answer
-// that came in time unread. So a probe waits past its deadline, by at most
-// twice its timeout, until that is known. An answer read after the webhook's time
-// is a late answer, a timeout, when the controller ran meanwhile, and no
-// evidence when it had not run since. A request never written within the
-// timeout is left to the monitor's judgement of the controller's stalls.
+// then ran without a pause for confirmRun, all after that, and saw no
+// answer: a paused or throttled controller finds, when it runs again, the
+// deadline passed and the answer that came in time unread. So a probe waits
+// past its deadline, by at most twice its timeout, until that is known. An
+// answer read after the webhook's time is a late answer, a timeout, when
+// the controller had been running for confirmRun when it read it, and no
+// evidence when it had just run again (it may have come in time). A request
+// never written within the timeout is left to the monitor's judgement of
+// the controller's stalls.
 func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, answered <-chan answer, early *answer, t Target, uid types.UID) Result {
 	timeout, late := t.Timeout, overrun(ctx)
 	limit := time.Now().Add(2 * timeout)
-	timeoutResult := func(reason string) Result {
-		return Result{Status: Unhealthy, Overrun: late, Reason: reason}
-	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -298,18 +303,22 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 				return classify(context.Background(), early.err, timeout)
 			}
 			return judge(t, uid, early.code, early.body)
-		case early != nil && p.ranAfter(due, now):
-			return timeoutResult(fmt.Sprintf("timeout after %s (answered %s late)", timeout, now.Sub(due).Round(time.Millisecond)))
+		case early != nil && p.running(now):
+			return Result{Status: Unhealthy, Overrun: late,
+				Reason: fmt.Sprintf("timeout after %s (answered %s late)", timeout, now.Sub(due).Round(time.Millisecond))}
 		case early != nil:
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
-				"answered just after its %s timeout, as the controller ran again after being unable to: it may have come in time; not counted", timeout)}
-		case now.After(due) && p.ranAfter(due, now):
-			return timeoutResult("timeout after " + timeout.String())
+				"answered just after its %s timeout, as the controller ran again after a pause: it may have come in time; not counted", timeout)}
+		case !now.Before(due.Add(confirmRun)) && p.running(now):
+			return Result{Status: Unhealthy, Overrun: late, Reason: "timeout after " + timeout.String()}
 		case now.After(limit):
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
 				"timeout after %s, but the controller could not run long enough since to see an answer (CPU-throttled, paused or starved): not counted", timeout)}
 		}
-		wait := max(due.Sub(now), confirmRun)
+		// Polled at confirmRun: a throttled controller runs in stretches
+		// (10 ms of each 100 ms at a tenth of a CPU), and one look must fall
+		// confirmRun into one of them.
+		wait := max(due.Add(confirmRun).Sub(now), confirmRun)
 		wait = min(wait, max(limit.Sub(now), time.Millisecond))
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -324,13 +333,10 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 	}
 }
 
-// ranAfter reports whether the controller ran for confirmRun of the time
-// since due, as the stall meter saw it (without one: whether due passed).
-func (p *HTTPProber) ranAfter(due, now time.Time) bool {
-	if p.Stalls == nil {
-		return !now.Before(due)
-	}
-	return now.Sub(due)-p.Stalls.Stalled(due, now) >= confirmRun
+// running reports whether the controller ran without a pause for the last
+// confirmRun, as the pause meter saw it (without one: yes).
+func (p *HTTPProber) running(now time.Time) bool {
+	return p.Pauses == nil || p.Pauses.Paused(now.Add(-confirmRun), now) == 0
 }
 
 // overrun is how long after ctx's deadline it is now: how late the goroutine

@@ -60,7 +60,7 @@ type Result struct {
 	// breakers starts every probe late.
 	Lag time.Duration
 	// TimedOut: the probe ran out of time (Status Unhealthy) and its prober
-	// could not confirm that the webhook caused it (see HTTPProber.Stalls):
+	// could not confirm that the webhook caused it (see HTTPProber.Pauses):
 	// evidence only if the controller could run meanwhile (Monitor.Stalls).
 	TimedOut bool
 	// Overrun is how late after its deadline the probe's own goroutine ran.

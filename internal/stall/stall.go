@@ -44,14 +44,21 @@ type Watch struct {
 
 	mu       sync.Mutex
 	lastBeat time.Time // monotonic; zero until the heartbeat runs
-	ring     [keep]interval
-	next     int   // ring index of the next stall
-	n        int   // stalls in the ring
-	total    int64 // nanoseconds stalled since Start
-	started  bool
+	// all holds every stall; paused only the heartbeat's late wake-ups
+	// (the process did not run at all), without the scheduler's latencies.
+	all, paused ring
+	started     bool
 }
 
 type interval struct{ from, to time.Time }
+
+// ring is the last keep stalls, in time order, and their total.
+type ring struct {
+	ivs   [keep]interval
+	next  int   // index of the next stall
+	n     int   // stalls held
+	total int64 // nanoseconds stalled since Start
+}
 
 // Options configure New.
 type Options struct {
@@ -96,10 +103,12 @@ func (w *Watch) Start(ctx context.Context) error {
 		// A ticker drops the ticks it could not deliver, so a late wake-up
 		// shows as a gap longer than the period.
 		if late := now.Sub(w.lastBeat) - w.period; late > slack {
-			w.add(interval{from: now.Add(-late), to: now})
+			iv := interval{from: now.Add(-late), to: now}
+			w.all.add(iv)
+			w.paused.add(iv)
 		}
 		if queued > slack {
-			w.add(interval{from: now.Add(-queued), to: now})
+			w.all.add(interval{from: now.Add(-queued), to: now})
 		}
 		w.lastBeat = now
 		w.mu.Unlock()
@@ -111,35 +120,55 @@ const schedEvery = 10
 
 // add records a stall, merged into the last one where they overlap (a
 // throttled period shows both as a late beat and as run-queue latency).
-// Callers hold w.mu.
-func (w *Watch) add(iv interval) {
-	if w.n > 0 {
-		last := &w.ring[(w.next-1+keep)%keep]
+func (r *ring) add(iv interval) {
+	if r.n > 0 {
+		last := &r.ivs[(r.next-1+keep)%keep]
 		if !iv.from.After(last.to) {
 			if iv.to.After(last.to) {
-				w.total += int64(iv.to.Sub(last.to))
+				r.total += int64(iv.to.Sub(last.to))
 				last.to = iv.to
 			}
 			if iv.from.Before(last.from) {
-				w.total += int64(last.from.Sub(iv.from))
+				r.total += int64(last.from.Sub(iv.from))
 				last.from = iv.from
 			}
 			return
 		}
 	}
-	w.ring[w.next] = iv
-	w.next = (w.next + 1) % keep
-	w.n = min(w.n+1, keep)
-	w.total += int64(iv.to.Sub(iv.from))
+	r.ivs[r.next] = iv
+	r.next = (r.next + 1) % keep
+	r.n = min(r.n+1, keep)
+	r.total += int64(iv.to.Sub(iv.from))
+}
+
+// within sums the stalls' overlaps with [from, to].
+func (r *ring) within(from, to time.Time) time.Duration {
+	var sum time.Duration
+	for i := range r.n {
+		iv := r.ivs[(r.next-1-i+keep)%keep]
+		if !iv.to.After(from) {
+			break // in time order: older ones end earlier still
+		}
+		sum += overlap(iv, from, to)
+	}
+	return sum
 }
 
 // NeedLeaderElection: the heartbeat runs on every replica (it costs a timer).
 func (w *Watch) NeedLeaderElection() bool { return false }
 
-// Stalled reports how much of [from, to] this process could not run, as
-// the heartbeat saw it, including a stall still in progress (the heartbeat
-// itself has not run since). Zero before Start, and on a nil Watch.
-func (w *Watch) Stalled(from, to time.Time) time.Duration {
+// Stalled reports how much of [from, to] this process could not run, or
+// its goroutines waited to, as the heartbeat and the scheduler's latencies
+// saw it, including a stall still in progress (the heartbeat itself has not
+// run since). Zero before Start, and on a nil Watch.
+func (w *Watch) Stalled(from, to time.Time) time.Duration { return w.stalled(from, to, false) }
+
+// Paused reports how much of [from, to] this process did not run at all
+// (stopped, throttled, not scheduled), as the heartbeat alone saw it:
+// unlike Stalled, a busy run queue within a running stretch is not counted.
+func (w *Watch) Paused(from, to time.Time) time.Duration { return w.stalled(from, to, true) }
+
+func (w *Watch) stalled(from, to time.Time, pausedOnly bool) time.Duration {
 	if w == nil || !to.After(from) {
 		return 0
 	}
@@ -149,14 +178,11 @@ func (w *Watch) Stalled(from, to time.Time) time.Duration {
 	if !w.started {
 		return 0
 	}
-	var sum time.Duration
-	for i := range w.n {
-		iv := w.ring[(w.next-1-i+keep)%keep]
-		if !iv.to.After(from) {
-			break // the ring is in time order: older ones end earlier still
-		}
-		sum += overlap(iv, from, to)
+	r := &w.all
+	if pausedOnly {
+		r = &w.paused
 	}
+	sum := r.within(from, to)
 	if late := now.Sub(w.lastBeat) - w.period; late > slack {
 		sum += overlap(interval{from: now.Add(-late), to: now}, from, to)
 	}
@@ -170,7 +196,7 @@ func (w *Watch) Total() time.Duration {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return time.Duration(w.total)
+	return time.Duration(w.all.total)
 }
 
 // Throttling reads the cgroup's CPU throttling counters (a file read: for

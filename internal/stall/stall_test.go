@@ -65,9 +65,7 @@ func TestStalledAddsOverlaps(t *testing.T) {
 	w.lastBeat = base.Add(time.Hour) // no stall in progress
 	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
 	for _, iv := range []interval{{at(0), at(90)}, {at(100), at(190)}, {at(300), at(310)}} {
-		w.ring[w.next] = iv
-		w.next++
-		w.n++
+		w.all.add(iv)
 	}
 	for _, tc := range []struct {
 		from, to int
@@ -86,10 +84,18 @@ func TestStalledAddsOverlaps(t *testing.T) {
 	}
 	// A late beat and the run queue's latency of one throttled period
 	// overlap: they are one stall, not two.
-	w.add(interval{at(400), at(490)})
-	w.add(interval{at(420), at(495)})
+	w.all.add(interval{at(400), at(490)})
+	w.all.add(interval{at(420), at(495)})
 	if got := w.Stalled(at(400), at(500)); got != 95*time.Millisecond {
 		t.Errorf("two overlapping stalls of one period: %v, want their union, 95ms", got)
+	}
+	// The scheduler's latencies are stalls, not pauses: the process ran.
+	if got := w.Paused(at(0), at(500)); got != 0 {
+		t.Errorf("Paused counted %v of stalls that were no pause", got)
+	}
+	w.paused.add(interval{at(0), at(90)})
+	if got := w.Paused(at(50), at(150)); got != 40*time.Millisecond {
+		t.Errorf("Paused(50 ms, 150 ms) = %v, want 40ms", got)
 	}
 	var nilWatch *Watch
 	if got := nilWatch.Stalled(base, at(100)); got != 0 {
