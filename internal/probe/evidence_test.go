@@ -178,7 +178,7 @@ func (c throttled) Paused(from, to time.Time) time.Duration {
 // nothing; an answer that came just after the deadline is a timeout when
 // the controller was running, and no evidence when it was not.
 func TestTimeoutsAreConfirmed(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const timeout = 200 * time.Millisecond
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	hung := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +199,7 @@ func TestTimeoutsAreConfirmed(t *testing.T) {
 	}{
 		{"hung, the controller running", throttled{}, hung, probe.Unhealthy, ""},
 		{"hung, the controller throttled to a fifth", throttled{run: 20 * ms, period: 100 * ms}, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled to a tenth", throttled{run: 12 * ms, period: 120 * ms}, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a tenth", throttled{run: 10 * ms, period: 100 * ms}, hung, probe.Unhealthy, ""},
 		{"hung, the controller not running since", throttled{period: 100 * ms}, hung, probe.Discarded, probe.DiscardStarved},
 		{"answered just late, the controller running", throttled{}, late, probe.Unhealthy, ""},
 		{"answered just late, the controller not running", throttled{period: 100 * ms}, late, probe.Discarded, probe.DiscardStarved},
@@ -220,5 +220,42 @@ func TestTimeoutsAreConfirmed(t *testing.T) {
 				t.Errorf("the probe took %s; a confirmation waits at most two timeouts past the deadline", r.Latency)
 			}
 		})
+	}
+}
+
+// TestBreakersSharingAHungDestinationEachCountIt: the breakers of one
+// configuration's webhooks probe one destination. When it hangs, a probe
+// blocked behind the others' unanswered requests counts each once for its
+// own breaker, so every breaker reaches its three failures in three
+// probes, as if each had a connection of its own.
+func TestBreakersSharingAHungDestinationEachCountIt(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv, handshakes := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	p := &probe.HTTPProber{}
+	failures := map[string]int{}
+	for range 3 {
+		for _, key := range []string{"w0", "w1", "w2", "w3"} {
+			tgt := urlTarget(srv, "/healthz")
+			tgt.Timeout, tgt.Key = 50*time.Millisecond, key
+			if r := p.Probe(t.Context(), tgt); r.Status == probe.Unhealthy {
+				failures[key]++
+			}
+		}
+	}
+	for _, key := range []string{"w0", "w1", "w2", "w3"} {
+		if failures[key] != 3 {
+			t.Errorf("breaker %s: %d failures in 3 probes of a hung destination, want 3 (all: %v)", key, failures[key], failures)
+		}
+	}
+	// Two connections, each abandoned at most once in these 600 ms (a
+	// request held ten timeouts, 500 ms, is given up).
+	if n := handshakes.Load(); n > 4 {
+		t.Errorf("%d handshakes, want the destination's two connections, renewed at most once each", n)
 	}
 }

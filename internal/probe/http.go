@@ -192,7 +192,7 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	case d.slot <- struct{}{}:
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return d.blocked(t.Timeout, overrun(ctx))
+			return d.blocked(t.Key, t.Timeout, overrun(ctx))
 		}
 		return classify(ctx, ctx.Err(), t.Timeout)
 	}
@@ -212,7 +212,7 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 	held := d.hold(rcancel)
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn:      func(httptrace.GotConnInfo) { held.gotConn.Store(true) },
-		WroteRequest: func(httptrace.WroteRequestInfo) { held.wrote.Store(time.Now().UnixNano()) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { held.wrote.Store(true) },
 	}))
 	answered := make(chan answer, 1)
 	go func() {
@@ -266,21 +266,28 @@ type PauseMeter interface {
 }
 
 // confirm judges a probe whose deadline passed (early: an answer that
-// arrived with it). A timeout is the webhook's only if the webhook had the
-// whole timeout on the wire, from when the request was written (a request
-// the controller wrote late gets the rest of its time), and the controller
-// then ran without a pause for confirmRun, all after that, and saw no
-// answer: a paused or throttled controller finds, when it runs again, the
-// deadline passed and the answer that came in time unread. So a probe waits
-// past its deadline, by at most twice its timeout, until that is known. An
-// answer read after the webhook's time is a late answer, a timeout, when
-// the controller had been running for confirmRun when it read it, and no
-// evidence when it had just run again (it may have come in time). A request
-// never written within the timeout is left to the monitor's judgement of
-// the controller's stalls.
+// arrived with it). A timeout is the webhook's only if the webhook had its
+// whole timeout, from when the request could be sent (plus the controller's
+// pauses within the probe, which may have held the request back), and the
+// controller then ran without a pause for confirmRun and saw no answer (one
+// that had come would have been read): a paused or throttled controller finds, when
+// it runs again, the deadline passed and the answer that came in time
+// unread. So a probe waits past its deadline, by at most twice its
+// timeout, until that is known. An answer read after that time is a late
+// answer, a timeout, when the controller had been running for confirmRun
+// when it read it, and no evidence when it had just run again (it may have
+// come in time). A request still not written when its time is up is left
+// to the monitor's judgement of the controller's stalls.
 func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, answered <-chan answer, early *answer, t Target, uid types.UID) Result {
 	timeout, late := t.Timeout, overrun(ctx)
 	limit := time.Now().Add(2 * timeout)
+	// Pauses within the probe's own window may have delayed the request's
+	// dial, handshake or write: they extend the webhook's time. Later ones
+	// do not (its time runs on; only reading the answer waits for them).
+	due := f.since.Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && p.Pauses != nil {
+		due = due.Add(p.Pauses.Paused(f.since, dl))
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -289,20 +296,15 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 	}()
 	for {
 		now := time.Now()
-		wrote := f.wrote.Load()
-		if wrote == 0 {
-			r := classify(ctx, ctx.Err(), timeout)
-			r.Overrun = late
-			return d.paced(f, r)
-		}
-		due := time.Unix(0, wrote).Add(timeout)
 		switch {
-		case early != nil && !now.After(due):
-			// In time on the wire: the request went out late.
+		case early != nil && !now.After(f.since.Add(timeout)):
 			if early.err != nil {
 				return classify(context.Background(), early.err, timeout)
 			}
 			return judge(t, uid, early.code, early.body)
+		case early != nil && !now.After(due):
+			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
+				"answered after its %s timeout, but the controller's pauses may have held the request back: not counted", timeout)}
 		case early != nil && p.running(now):
 			return Result{Status: Unhealthy, Overrun: late,
 				Reason: fmt.Sprintf("timeout after %s (answered %s late)", timeout, now.Sub(due).Round(time.Millisecond))}
@@ -310,6 +312,14 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
 				"answered just after its %s timeout, as the controller ran again after a pause: it may have come in time; not counted", timeout)}
 		case !now.Before(due.Add(confirmRun)) && p.running(now):
+			if !f.wrote.Load() {
+				// Never sent: no answer was possible. Whose fault that is
+				// (the controller's CPU, its own handshake limit, or a
+				// webhook that does not finish TLS) the monitor judges.
+				r := classify(ctx, ctx.Err(), timeout)
+				r.Overrun = late
+				return d.paced(f, r)
+			}
 			return Result{Status: Unhealthy, Overrun: late, Reason: "timeout after " + timeout.String()}
 		case now.After(limit):
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
@@ -376,17 +386,18 @@ type destination struct {
 type inflight struct {
 	since  time.Time
 	cancel context.CancelFunc
-	// recounted: a probe that found every slot taken already counted this
-	// request's silence once.
-	recounted bool
+	// counted are the probers (Target.Key) that counted this request's
+	// silence while blocked behind it (its own counted it when it timed out).
+	counted []string
 	// gotConn: the request has a connection (it was sent, or is being).
 	gotConn atomic.Bool
-	// wrote is when the request was written, in Unix nanoseconds (0: not yet).
-	wrote atomic.Int64
+	// wrote: the request was written (when is not used: the trace's hook
+	// may run late on a busy machine, long after the write).
+	wrote atomic.Bool
 }
 
 func (d *destination) hold(cancel context.CancelFunc) *inflight {
-	f := &inflight{since: time.Now(), cancel: cancel}
+	f := &inflight{since: time.Now(), cancel: cancel} // since: when it could be sent
 	d.mu.Lock()
 	d.flight = append(d.flight, f)
 	d.mu.Unlock()
@@ -405,14 +416,19 @@ func (d *destination) release(f *inflight) {
 }
 
 // blocked judges a probe that found every slot taken for its whole timeout:
-// it never reached the webhook. The oldest request it waited behind counts
-// once more, as the one slow request it is (a webhook that hangs is then
-// judged as fast as when each probe sent its own request); a second probe
-// blocked behind it counts nothing and abandons it, closing its connection,
-// so that the next probe reaches the webhook on a fresh one. One slow
-// answer among fast ones therefore costs at most two failed probes, never
-// a run of them.
-func (d *destination) blocked(timeout, late time.Duration) Result {
+// it never reached the webhook. A request still unanswered past its own
+// timeout is evidence about the destination once more, as the one slow
+// request it is, for each prober (key) blocked behind it: the breakers of
+// one configuration's webhooks share a destination, and a webhook that
+// hangs is then judged down by each as fast as when each probe sent its
+// own request. A probe blocked behind requests its key has counted so
+// counts nothing. A request
+// held for abandonAge (a multiple of the timeout a slow webhook's answer
+// outlasts only when it hangs) is abandoned, closing its connection, so
+// that the next probe reaches the webhook on a fresh one. One slow answer
+// among fast ones therefore costs at most one failed probe per breaker
+// (the next probe uses the second connection), never a run of them.
+func (d *destination) blocked(key string, timeout, late time.Duration) Result {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.flight) == 0 { // answered just now
@@ -421,14 +437,32 @@ func (d *destination) blocked(timeout, late time.Duration) Result {
 	}
 	oldest := d.flight[0]
 	age := time.Since(oldest.since).Round(time.Millisecond)
-	if !oldest.recounted {
-		oldest.recounted = true
-		return Result{Status: Unhealthy, TimedOut: true, Overrun: late,
-			Reason: fmt.Sprintf("timeout after %s (the previous probes' requests are still unanswered, the oldest sent %s ago)", timeout, age)}
+	if age >= abandonAfter*timeout {
+		oldest.cancel()
 	}
-	oldest.cancel()
+	for _, f := range d.flight {
+		if !f.countedBy(key) {
+			f.counted = append(f.counted, key)
+			return Result{Status: Unhealthy, TimedOut: true, Overrun: late,
+				Reason: fmt.Sprintf("timeout after %s (the destination's requests are still unanswered, the oldest sent %s ago)", timeout, age)}
+		}
+	}
 	return Result{Status: Discarded, Discard: DiscardBlocked, Overrun: late,
-		Reason: fmt.Sprintf("did not reach the webhook: its connections are held by unanswered requests (the oldest, sent %s ago and counted already, is abandoned so the next probe connects afresh)", age)}
+		Reason: fmt.Sprintf("did not reach the webhook: its connections are held by unanswered requests this breaker counted already (the oldest sent %s ago)", age)}
+}
+
+// abandonAfter is how many timeouts a request is held before a blocked
+// probe abandons it: a webhook answering every request 2 s late (eight
+// default timeouts) keeps its connections; one that hangs gets fresh ones.
+const abandonAfter = 10
+
+func (f *inflight) countedBy(key string) bool {
+	for _, k := range f.counted {
+		if k == key {
+			return true
+		}
+	}
+	return false
 }
 
 // paced discards a timeout of a request that never got a connection while

@@ -437,8 +437,9 @@ func countingServer(t *testing.T, handler http.Handler) (*server, *atomic.Int64)
 // two connections at a time and a constant number of goroutines however
 // many probes time out on it (a timed-out probe leaves its request on its
 // connection rather than closing it; a probe that finds both connections
-// held counts the oldest request's silence once, and the next abandons it
-// so that probes keep reaching the webhook). The first three probes fail,
+// held counts each held request's silence once more, and one held for ten
+// timeouts is abandoned so that probes keep reaching the webhook). The
+// first three probes fail,
 // so a hung webhook opens its circuit as soon as when each probe had its
 // own connection; none is ever Healthy. A slow webhook that recovers
 // answers on the connections kept.
@@ -496,10 +497,13 @@ func TestHangAtAnyStageCostsBoundedConnections(t *testing.T) {
 			if grown := runtime.NumGoroutine() - settled; grown > 6 {
 				t.Errorf("40 more timed-out probes left %d more goroutines", grown)
 			}
-			if failed < 50/2 {
-				t.Errorf("%d of 50 probes of a hung webhook failed; want most of them to reach it", failed)
+			// Blocked probes count each held request once more, and one held
+			// for ten timeouts is abandoned: one in five probes, or more,
+			// still fails, and a handshake every ten or so.
+			if failed < 50/5 {
+				t.Errorf("%d of 50 probes of a hung webhook failed; want one in five or more to count", failed)
 			}
-			if n, most := handshakes.Load(), int64(2+50/2); n > most {
+			if n, most := handshakes.Load(), int64(2+50/5); n > most {
 				t.Errorf("50 timed-out probes made %d TLS handshakes, want at most %d", n, most)
 			}
 			if name != "answers too late" {

@@ -237,7 +237,9 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		}
 		prevStart = start
 		wallStart := time.Now() // the stall meter's clock, whatever m.clock is
-		r := m.prober.Probe(pctx, s.Target)
+		tgt := s.Target
+		tgt.Key = key
+		r := m.prober.Probe(pctx, tgt)
 		cancel()
 		r = m.judgeStall(r, wallStart, time.Now(), s.Target.Timeout)
 		if r.Latency == 0 {
