@@ -55,7 +55,7 @@ func main() {
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1
-		MaxIdleConnsPerHost: 4, // a server's four loops keep a connection each
+		MaxIdleConnsPerHost: 4,                                                      // a server's four loops keep a connection each
 		MaxIdleConns:        len(urls) * 2,
 		IdleConnTimeout:     90 * time.Second,
 	}}
