@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,6 +143,12 @@ func runCost(o options) error {
 	time.Sleep(o.steady)
 	ctrl := between("controller", a, ctrlSample())
 	report(ctrl)
+	if *pprofAddr != "" {
+		// After the window, so that profiling does not cost the measure.
+		if err := saveProfiles(*pprofAddr, o.steady); err != nil {
+			return err
+		}
+	}
 	stopCtrl()
 	time.Sleep(2 * time.Second) // the servers see its connections close
 
@@ -271,4 +279,35 @@ func loadavg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// saveProfiles saves the controller's CPU profile over d, an execution
+// trace of 5 s and the allocations since it started, for go tool pprof and
+// go tool trace.
+func saveProfiles(addr string, d time.Duration) error {
+	dir, err := os.MkdirTemp("", "tripswitch-cost-profiles-")
+	if err != nil {
+		return err
+	}
+	for _, p := range []struct{ file, path string }{
+		{"cpu.pprof", fmt.Sprintf("profile?seconds=%d", int(d.Seconds()))},
+		{"allocs.pprof", "allocs"},
+		{"trace.out", "trace?seconds=5"},
+	} {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/" + p.path)
+		if err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, p.file))
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			_ = f.Close()
+		}
+		_ = resp.Body.Close()
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Println("  controller profiles (steady state, after the window):", dir)
+	return nil
 }

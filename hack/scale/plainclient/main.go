@@ -67,6 +67,13 @@ func main() {
 	for _, u := range urls {
 		go func() {
 			time.Sleep(rand.N(*interval)) // spread the loops over an interval
+			// The first probe may take its time: it opens the connection
+			// the steady state keeps (a thousand handshakes at once on a
+			// busy machine outlast a probe's timeout, and a timeout closes
+			// the connection, so they would be paid again and again).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			probe(ctx, client, u)
+			cancel()
 			t := time.NewTicker(*interval)
 			for range t.C {
 				ctx, cancel := context.WithTimeout(context.Background(), *timeout)
