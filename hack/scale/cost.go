@@ -37,6 +37,9 @@ type sample struct {
 	conns               int64
 	goroutines, rss     float64
 	healthy             float64
+	// byKind: the controller's probe results by result, and its API
+	// requests by method.
+	byKind map[string]float64
 }
 
 // cost is one process's steady state over a window.
@@ -117,7 +120,7 @@ func runCost(o options) error {
 	fmt.Printf("controller: %d breakers Closed and healthy %.1f s after the last create\n", o.n, readyAfter.Seconds())
 	pid := ctrlProc.Process.Pid
 	ctrlSample := func() sample {
-		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), rss: rssMiB(pid)}
+		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), rss: rssMiB(pid), byKind: map[string]float64{}}
 		scrapeMetrics(metricsAddr, func(line string) {
 			name, rest, _ := strings.Cut(line, "{")
 			i := strings.LastIndexByte(line, ' ')
@@ -128,8 +131,10 @@ func runCost(o options) error {
 				if strings.Contains(rest, `result="Healthy"`) {
 					s.healthy += v
 				}
+				s.byKind[label(rest, "result")] += v
 			case name == "rest_client_requests_total":
 				s.reqs += v
+				s.byKind[label(rest, "method")] += v
 			case strings.HasPrefix(line, "go_memstats_alloc_bytes_total "):
 				s.alloc = v
 			case strings.HasPrefix(line, "go_goroutines "):
@@ -141,8 +146,15 @@ func runCost(o options) error {
 	time.Sleep(o.warmup)
 	a := ctrlSample()
 	time.Sleep(o.steady)
-	ctrl := between("controller", a, ctrlSample())
+	b := ctrlSample()
+	ctrl := between("controller", a, b)
 	report(ctrl)
+	for _, k := range []string{"Healthy", "Unhealthy", "Discarded", "Unknown", "GET", "LIST", "PATCH", "PUT", "POST"} {
+		if d := b.byKind[k] - a.byKind[k]; d > 0 {
+			fmt.Printf("    %s %.0f", k, d)
+		}
+	}
+	fmt.Println()
 	if *pprofAddr != "" {
 		// After the window, so that profiling does not cost the measure.
 		if err := saveProfiles(*pprofAddr, o.steady); err != nil {
@@ -310,4 +322,14 @@ func saveProfiles(addr string, d time.Duration) error {
 	}
 	fmt.Println("  controller profiles (steady state, after the window):", dir)
 	return nil
+}
+
+// label is the value of one label in a metric line's label set.
+func label(labels, name string) string {
+	_, v, ok := strings.Cut(labels, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, `"`)
+	return v
 }
