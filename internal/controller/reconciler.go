@@ -517,7 +517,8 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 // webhooks by name and type only, so the two signals are one.
 func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
 	var list v1alpha1.WebhookCircuitBreakerList
-	if err := r.Client.List(ctx, &list); err != nil {
+	// Read only: the cache's own objects, not a copy of every breaker.
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", b.Spec.Target.WebhookName, err)
 	}
 	t := b.Spec.Target
@@ -541,7 +542,8 @@ func (r *Reconciler) signalTwins(ctx context.Context, o client.Object) []reconci
 		return nil
 	}
 	var list v1alpha1.WebhookCircuitBreakerList
-	if err := r.Client.List(ctx, &list); err != nil {
+	// Read only: the cache's own objects, not a copy of every breaker.
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "list breakers to re-judge their signal's ambiguity")
 		return nil
 	}

@@ -15,10 +15,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -215,7 +217,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		// A breaker's signal is ambiguous while another names a webhook of
 		// the same name and type: each change of one looks at the others
 		// at once, so that ambiguity ends when its cause does.
-		Watches(&v1alpha1.WebhookCircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.signalTwins)).
+		// Only a change of spec can make or end that ambiguity (a status
+		// write bumps no generation): every status write listing every
+		// breaker made 1,000 breakers cost a million copies per 1,000 writes.
+		Watches(&v1alpha1.WebhookCircuitBreaker{}, handler.EnqueueRequestsFromMapFunc(r.signalTwins),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Func(queue.start)).
 		// The priority queue (controller-runtime's default, asked for
 		// explicitly because decisions depend on it) serves decisions first.
