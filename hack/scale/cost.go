@@ -49,7 +49,6 @@ type cost struct {
 	allocPerProbe, reqs        float64
 	conns                      int64
 	rss, goroutines            float64
-	haveAlloc                  bool
 }
 
 func (c cost) cpuShare() float64    { return c.cpu / c.secs }
