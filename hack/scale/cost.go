@@ -293,8 +293,8 @@ func loadavg() string {
 }
 
 // saveProfiles saves the controller's CPU profile over d, an execution
-// trace of 5 s and the allocations since it started, for go tool pprof and
-// go tool trace.
+// trace of 5 s, the allocations since it started (for go tool pprof and go
+// tool trace) and its goroutines by stack.
 func saveProfiles(addr string, d time.Duration) error {
 	dir, err := os.MkdirTemp("", "tripswitch-cost-profiles-")
 	if err != nil {
@@ -304,6 +304,7 @@ func saveProfiles(addr string, d time.Duration) error {
 		{"cpu.pprof", fmt.Sprintf("profile?seconds=%d", int(d.Seconds()))},
 		{"allocs.pprof", "allocs"},
 		{"trace.out", "trace?seconds=5"},
+		{"goroutines.txt", "goroutine?debug=1"},
 	} {
 		resp, err := http.Get("http://" + addr + "/debug/pprof/" + p.path)
 		if err != nil {
