@@ -55,6 +55,8 @@ import (
 var (
 	pprofAddr     *string
 	controllerEnv []string
+	// probeKind is every breaker's probe (-probe); empty is the default, HTTPGet.
+	probeKind v1alpha1.ProbeKind
 )
 
 const (
@@ -71,7 +73,15 @@ func main() {
 	flag.StringVar(&o.servers, "servers", "config", "one webhook server per configuration (config) or per webhook (webhook)")
 	flag.StringVar(&o.fault, "fault", "slow", "the fault in every webhook at once: slow (answers 2s late) or 503")
 	flag.DurationVar(&o.steady, "steady", 30*time.Second, "how long to measure the steady state")
-	flag.StringVar(&o.scenario, "scenario", "storm", "storm: steady state, then a fault in every webhook at once; starve: two replicas under -cpu-quota through creation, a restart, a failover and pauses with healthy webhooks (every open is a false one), then a real fault")
+	flag.StringVar(&o.scenario, "scenario", "storm", "storm: steady state, then a fault in every webhook at once; starve: two replicas under -cpu-quota through creation, a restart, a failover and pauses with healthy webhooks (every open is a false one), then a real fault; cost: the steady state against a plain client doing the same probes (hack/scale/plainclient), in one run")
+	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "cost: how long each process runs before its window")
+	flag.Func("probe", "every breaker's probe: HTTPGet (default) or AdmissionReview", func(v string) error {
+		if v != string(v1alpha1.ProbeHTTPGet) && v != string(v1alpha1.ProbeAdmissionReview) {
+			return fmt.Errorf("want HTTPGet or AdmissionReview, got %q", v)
+		}
+		probeKind = v1alpha1.ProbeKind(v)
+		return nil
+	})
 	flag.Float64Var(&o.cpuQuota, "cpu-quota", 0, "starve: each replica's CPU limit in cores (0.15 is 150m), as a cgroup quota over 100 ms periods; needs root; 0 means none")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
 	flag.Func("env", "KEY=VALUE added to the controller's environment (repeatable), as a pod spec would set it: GOMAXPROCS=1, GOMEMLIMIT=90MiB", func(v string) error {
@@ -84,13 +94,16 @@ func main() {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the controller's own log is the one to read
 	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") ||
-		(o.scenario != "storm" && o.scenario != "starve") || o.cpuQuota < 0 {
-		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503, -scenario storm|starve, -cpu-quota not negative")
+		(o.scenario != "storm" && o.scenario != "starve" && o.scenario != "cost") || o.cpuQuota < 0 {
+		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503, -scenario storm|starve|cost, -cpu-quota not negative")
 		os.Exit(2)
 	}
 	run := run
-	if o.scenario == "starve" {
+	switch o.scenario {
+	case "starve":
 		run = runStarve
+	case "cost":
+		run = runCost
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -101,7 +114,7 @@ func main() {
 type options struct {
 	n, perConfig   int
 	servers, fault string
-	steady         time.Duration
+	steady, warmup time.Duration
 	scenario       string
 	cpuQuota       float64
 }
@@ -158,36 +171,8 @@ func run(o options) error {
 	// it measures the controller, not this harness's create loop.
 	begin := time.Now()
 	beforeCreate := storm(metricsAddr)
-	originals := map[string]string{}
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i := range configs {
-		hooks := min(o.perConfig, n-i*o.perConfig)
-		servers := make([]string, hooks)
-		for j := range hooks {
-			servers[j] = addrs[i%nServers]
-			if o.servers == "webhook" {
-				servers[j] = addrs[i*o.perConfig+j]
-			}
-		}
-		g.Go(func() error {
-			cfg := configuration(i, servers, caPEM)
-			if err := c.Create(gctx, cfg); err != nil {
-				return err
-			}
-			mu.Lock()
-			originals[cfg.Name] = fingerprint(cfg)
-			mu.Unlock()
-			for j := range hooks {
-				if err := c.Create(gctx, breaker(i, j)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	originals, err := createAll(ctx, c, o, addrs, caPEM)
+	if err != nil {
 		return err
 	}
 	created := time.Now()
@@ -254,6 +239,66 @@ func run(o options) error {
 	return nil
 }
 
+// createAll creates the configurations and their breakers, 16 clients at
+// once, and returns each configuration's fingerprint.
+func createAll(ctx context.Context, c client.Client, o options, addrs []string, caPEM []byte) (map[string]string, error) {
+	configs := (o.n + o.perConfig - 1) / o.perConfig
+	originals := map[string]string{}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range configs {
+		hooks := min(o.perConfig, o.n-i*o.perConfig)
+		servers := make([]string, hooks)
+		for j := range hooks {
+			servers[j] = serverOf(o, addrs, i, j)
+		}
+		g.Go(func() error {
+			cfg := configuration(i, servers, caPEM)
+			if err := c.Create(gctx, cfg); err != nil {
+				return err
+			}
+			mu.Lock()
+			originals[cfg.Name] = fingerprint(cfg)
+			mu.Unlock()
+			for j := range hooks {
+				if err := c.Create(gctx, breaker(i, j)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return originals, g.Wait()
+}
+
+// serverOf is the address of the server of configuration i's webhook j.
+func serverOf(o options, addrs []string, i, j int) string {
+	if o.servers == "webhook" {
+		return addrs[i*o.perConfig+j]
+	}
+	return addrs[i%len(addrs)]
+}
+
+// serverConns counts the connections the webhook servers accepted.
+var serverConns atomic.Int64
+
+// answerReview allows an AdmissionReview, answering its UID, as a webhook
+// that mutates nothing does.
+func answerReview(w http.ResponseWriter, r *http.Request) {
+	var review struct {
+		Request *struct {
+			UID string `json:"uid"`
+		} `json:"request"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, review.Request.UID)
+}
+
 // webhookServers serve TLS on n ports of 127.0.0.1, as n real webhook
 // services would: an answer at once, or while down a 503 or the same
 // answer slowBy late.
@@ -278,6 +323,10 @@ func webhookServers(n int, down *atomic.Bool, fault string) (addrs []string, caP
 				return
 			}
 		}
+		if r.Method == http.MethodPost {
+			answerReview(w, r)
+			return
+		}
 		_, _ = io.WriteString(w, "ok")
 	})
 	var servers []*http.Server
@@ -296,6 +345,13 @@ func webhookServers(n int, down *atomic.Bool, fault string) (addrs []string, caP
 			Handler:           handler,
 			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 			ReadHeaderTimeout: 5 * time.Second,
+			// Counts connections, so that a measurement can say whether
+			// its probes reused theirs.
+			ConnState: func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					serverConns.Add(1)
+				}
+			},
 		}
 		servers = append(servers, srv)
 		addrs = append(addrs, l.Addr().String())
@@ -338,6 +394,7 @@ func breaker(i, j int) *v1alpha1.WebhookCircuitBreaker {
 			Probe: v1alpha1.ProbeSpec{
 				Interval: &metav1.Duration{Duration: interval}, Timeout: &metav1.Duration{Duration: 250 * time.Millisecond},
 				FailureThreshold: failureThreshold, SuccessThreshold: successThreshold,
+				Kind: probeKind,
 			},
 		},
 	}

@@ -62,6 +62,9 @@ type HTTPProber struct {
 	// pools caches each caBundle's parsed certificates by its hash.
 	pools       sync.Map // [sha256.Size]byte -> *x509.CertPool (nil: no PEM certificate)
 	poolEntries atomic.Int64
+	// resolved caches each target's resolution (see resolve).
+	resolved        sync.Map // resolveKey -> *resolution
+	resolvedEntries atomic.Int64
 }
 
 // transportKey identifies a destination and the trust it is probed with.
@@ -576,7 +579,56 @@ func (p *HTTPProber) handshake(ctx context.Context, d *destination, dial func(co
 	return conn, nil
 }
 
+// resolveKey is everything of a target that resolve reads, but its caBundle
+// (compared, not hashed, on a hit).
+type resolveKey struct {
+	url, svcName, svcNamespace, svcPath  string
+	svcPort                              int32
+	hasURL, hasService, hasPath, hasPort bool
+	kind                                 v1alpha1.ProbeKind
+	healthPath                           string
+}
+
+// resolution is one target's resolve, kept for its next probe.
+type resolution struct {
+	caBundle []byte
+	ep       endpoint
+	err      error
+}
+
+// resolve returns t's destination, from the last resolution of the same
+// target: a steady probe would otherwise parse its URL and hash its
+// caBundle every time.
 func (p *HTTPProber) resolve(t Target) (endpoint, error) {
+	cc := t.ClientConfig
+	k := resolveKey{kind: t.Kind, healthPath: t.HealthPath}
+	if cc.URL != nil {
+		k.url, k.hasURL = *cc.URL, true
+	}
+	if s := cc.Service; s != nil {
+		k.svcName, k.svcNamespace, k.hasService = s.Name, s.Namespace, true
+		if s.Path != nil {
+			k.svcPath, k.hasPath = *s.Path, true
+		}
+		if s.Port != nil {
+			k.svcPort, k.hasPort = *s.Port, true
+		}
+	}
+	if v, ok := p.resolved.Load(k); ok {
+		if r := v.(*resolution); bytes.Equal(r.caBundle, cc.CABundle) {
+			return r.ep, r.err
+		}
+	}
+	ep, err := p.resolveNew(t)
+	if p.resolvedEntries.Add(1) > maxTransports {
+		p.resolved.Clear()
+		p.resolvedEntries.Store(1)
+	}
+	p.resolved.Store(k, &resolution{caBundle: bytes.Clone(cc.CABundle), ep: ep, err: err})
+	return ep, err
+}
+
+func (p *HTTPProber) resolveNew(t Target) (endpoint, error) {
 	cc := t.ClientConfig
 	var ep endpoint
 	var path string

@@ -523,3 +523,23 @@ func TestHangAtAnyStageCostsBoundedConnections(t *testing.T) {
 		})
 	}
 }
+
+// A probe's destination is resolved once and kept, but a changed caBundle
+// or URL is seen at the very next probe: a rotated CA is trusted at once,
+// and a wrong one fails at once.
+func TestResolutionFollowsTheTargetsChanges(t *testing.T) {
+	a := serve(t, healthz(0, http.StatusOK), "127.0.0.1")
+	b := serve(t, healthz(0, http.StatusServiceUnavailable), "127.0.0.1")
+	p := &probe.HTTPProber{}
+	ctx := context.Background()
+	target := urlTarget(a, "/healthz")
+	want(t, p.Probe(ctx, target), probe.Healthy, "HTTP 200")
+	target.ClientConfig.CABundle = b.ca.PEM // another CA: a's certificate is not trusted
+	want(t, p.Probe(ctx, target), probe.Unhealthy, "TLS: server certificate not trusted: signed by an unknown authority")
+	target.ClientConfig.CABundle = a.ca.PEM
+	want(t, p.Probe(ctx, target), probe.Healthy, "HTTP 200")
+	target = urlTarget(b, "/healthz")
+	want(t, p.Probe(ctx, target), probe.Unhealthy, "HTTP 503")
+	target.ClientConfig.CABundle = []byte("not PEM")
+	want(t, p.Probe(ctx, target), probe.Unknown, "clientConfig.caBundle holds no PEM certificate")
+}
