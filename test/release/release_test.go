@@ -172,7 +172,7 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 	}
 
-	for module, want := range map[string]string{"breaker": "", "breakerhttp": "golang.org/x/sync", "breakergrpc": "google.golang.org/grpc",
+	for module, want := range map[string]string{"breaker": "", "breakerhttp": "github.com/tripswitch-dev/tripswitch/breaker", "breakergrpc": "google.golang.org/grpc",
 		"breakerprom": "github.com/prometheus/client_golang", "accessgate": "github.com/maypok86/otter/v2"} {
 		bom := readBOM(t, filepath.Join(out, module+"-"+version+".cdx.json"))
 		if bom.Metadata.Component.Name != "github.com/tripswitch-dev/tripswitch/"+module {
