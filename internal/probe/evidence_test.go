@@ -143,7 +143,12 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 // throttled is a pause meter of a controller that runs for run out of every
 // period, as a CFS quota allows: 20 ms of each 100 ms is a fifth of a CPU.
 // period 0: it never pauses; run 0: it never runs again.
-type throttled struct{ run, period time.Duration }
+type throttled struct {
+	run, period time.Duration
+	queue       time.Duration // the run queue's latency
+}
+
+func (c throttled) QueueWait() time.Duration { return c.queue }
 
 func (c throttled) Paused(from, to time.Time) time.Duration {
 	if c.period == 0 {
@@ -170,13 +175,15 @@ func (c throttled) Paused(from, to time.Time) time.Duration {
 }
 
 // TestTimeoutsAreConfirmed: a timeout counts only when the webhook had its
-// whole timeout on the wire and the controller then ran long enough to see
-// an answer. A throttled controller (four fifths of the time stalled) still
-// judges a hung webhook down — it waits past the deadline until it has run
-// — where a rule on the share of the window it lost would discard every
-// such timeout and never open. One that could not run at all since says
-// nothing; an answer that came just after the deadline is a timeout when
-// the controller was running, and no evidence when it was not.
+// whole timeout and the controller then ran, without a pause, long enough
+// to have read an answer that was there: 5 ms, and twice its run queue's
+// latency. A throttled controller whose run queue is short still judges a
+// hung webhook down (it waits past the deadline for a running stretch),
+// where a rule on the share of the window it lost would discard every such
+// timeout. One that could not run since, or whose run queue outlasts its
+// running stretches (what a throttled period leaves), says nothing; an
+// answer read just after the deadline is a timeout when the controller had
+// been running long enough, and no evidence when it had not.
 func TestTimeoutsAreConfirmed(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	release := make(chan struct{})
@@ -204,6 +211,9 @@ func TestTimeoutsAreConfirmed(t *testing.T) {
 		{"answered just late, the controller running", throttled{}, late, probe.Unhealthy, ""},
 		{"answered just late, the controller not running", throttled{period: 100 * ms}, late, probe.Discarded, probe.DiscardStarved},
 		{"answered at once, the controller paused since", throttled{period: 100 * ms}, fast, probe.Healthy, ""},
+		{"hung, the controller running with a long run queue", throttled{queue: 30 * ms}, hung, probe.Unhealthy, ""},
+		{"hung, the controller throttled with the run queue its pauses leave", throttled{run: 20 * ms, period: 100 * ms, queue: 80 * ms}, hung, probe.Discarded, probe.DiscardStarved},
+		{"answered just late, the controller running with a long run queue", throttled{queue: 30 * ms}, late, probe.Discarded, probe.DiscardStarved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _ := countingServer(t, tc.handler)

@@ -263,9 +263,11 @@ type answer struct {
 const confirmRun = 5 * time.Millisecond
 
 // PauseMeter says how long the process did not run at all in a span of
-// time; *stall.Watch implements it.
+// time, and how long its ready goroutines wait to run lately;
+// *stall.Watch implements it.
 type PauseMeter interface {
 	Paused(from, to time.Time) time.Duration
+	QueueWait() time.Duration
 }
 
 // confirm judges a probe whose deadline passed (early: an answer that
@@ -308,13 +310,13 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 		case early != nil && !now.After(due):
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
 				"answered after its %s timeout, but the controller's pauses may have held the request back: not counted", timeout)}
-		case early != nil && p.running(now):
+		case early != nil && p.settled(due, now):
 			return Result{Status: Unhealthy, Overrun: late,
 				Reason: fmt.Sprintf("timeout after %s (answered %s late)", timeout, now.Sub(due).Round(time.Millisecond))}
 		case early != nil:
 			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
 				"answered just after its %s timeout, as the controller ran again after a pause: it may have come in time; not counted", timeout)}
-		case !now.Before(due.Add(confirmRun)) && p.running(now):
+		case p.settled(due, now):
 			if !f.wrote.Load() {
 				// Never sent: no answer was possible. Whose fault that is
 				// (the controller's CPU, its own handshake limit, or a
@@ -331,7 +333,10 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 		// Polled at confirmRun: a throttled controller runs in stretches
 		// (10 ms of each 100 ms at a tenth of a CPU), and one look must fall
 		// confirmRun into one of them.
-		wait := max(due.Add(confirmRun).Sub(now), confirmRun)
+		wait := confirmRun
+		if p.Pauses != nil {
+			wait = max(due.Add(p.margin()).Sub(now), confirmRun)
+		}
 		wait = min(wait, max(limit.Sub(now), time.Millisecond))
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -346,10 +351,23 @@ func (p *HTTPProber) confirm(ctx context.Context, d *destination, f *inflight, a
 	}
 }
 
-// running reports whether the controller ran without a pause for the last
-// confirmRun, as the pause meter saw it (without one: yes).
-func (p *HTTPProber) running(now time.Time) bool {
-	return p.Pauses == nil || p.Pauses.Paused(now.Add(-confirmRun), now) == 0
+// settled reports whether an answer that came by due would have been read
+// by now: the controller ran without a pause for the last margin (see
+// margin), all of it after due. Without a meter: whether due passed.
+func (p *HTTPProber) settled(due, now time.Time) bool {
+	if p.Pauses == nil {
+		return !now.Before(due)
+	}
+	m := p.margin()
+	return !now.Before(due.Add(m)) && p.Pauses.Paused(now.Add(-m), now) == 0
+}
+
+// margin is how long the controller must run without a pause to have read
+// an answer that is there: confirmRun, and twice how long its ready
+// goroutines wait to run lately (a process that runs but whose run queue is
+// long, as after a throttled period, reads late what is there).
+func (p *HTTPProber) margin() time.Duration {
+	return confirmRun + 2*p.Pauses.QueueWait()
 }
 
 // overrun is how long after ctx's deadline it is now: how late the goroutine

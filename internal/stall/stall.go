@@ -47,7 +47,9 @@ type Watch struct {
 	// all holds every stall; paused only the heartbeat's late wake-ups
 	// (the process did not run at all), without the scheduler's latencies.
 	all, paused ring
-	started     bool
+	// queueWait are the last two readings of the run queue's latency.
+	queueWait [2]time.Duration
+	started   bool
 }
 
 type interval struct{ from, to time.Time }
@@ -109,6 +111,9 @@ func (w *Watch) Start(ctx context.Context) error {
 		}
 		if queued > slack {
 			w.all.add(interval{from: now.Add(-queued), to: now})
+		}
+		if beats%schedEvery == 0 {
+			w.queueWait[0], w.queueWait[1] = w.queueWait[1], queued
 		}
 		w.lastBeat = now
 		w.mu.Unlock()
@@ -187,6 +192,19 @@ func (w *Watch) stalled(from, to time.Time, pausedOnly bool) time.Duration {
 		sum += overlap(interval{from: now.Add(-late), to: now}, from, to)
 	}
 	return min(sum, to.Sub(from))
+}
+
+// QueueWait is how long goroutines that became ready waited to run, lately
+// (the 99th percentile, the larger of the last two 100 ms readings): while
+// it is long, a goroutine's answer may sit unread although the process
+// runs. Zero on a nil Watch.
+func (w *Watch) QueueWait() time.Duration {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(w.queueWait[0], w.queueWait[1])
 }
 
 // Total is how long the process was stalled since Start, in all.
