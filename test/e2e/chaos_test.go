@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -159,15 +158,7 @@ func (cl *cluster) converged(ctx context.Context, down bool, admin adminState) (
 // converges with no orphaned record and no lost edit. The seed is logged; set
 // TRIPSWITCH_E2E_SEED to replay a run.
 func TestKillNineAtRandomPoints(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TRIPSWITCH_E2E_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("TRIPSWITCH_E2E_SEED: %v", err)
-		}
-	}
-	t.Logf("seed %d (replay with TRIPSWITCH_E2E_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	rng := seeded(t)
 	cl := newCluster(t)
 	other, err := selfsigned.NewCA("rotated")
 	if err != nil {

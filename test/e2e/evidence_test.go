@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -37,15 +35,7 @@ import (
 // remember to never fight a human survives the crash. Twenty cycles; the
 // seed is logged (TRIPSWITCH_E2E_SEED replays it).
 func TestKillNineAfterAnAdministratorsEdit(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TRIPSWITCH_E2E_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("TRIPSWITCH_E2E_SEED: %v", err)
-		}
-	}
-	t.Logf("seed %d (replay with TRIPSWITCH_E2E_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	rng := seeded(t)
 	cl := newCluster(t)
 	p := startController(t, cl.kubeconfig, "initial")
 	const cycles = 20

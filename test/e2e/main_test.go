@@ -3,9 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -139,4 +141,19 @@ func eventually(t testing.TB, limit time.Duration, what string, cond func(ctx co
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// seeded is a random source whose seed is logged; TRIPSWITCH_E2E_SEED
+// replays a run.
+func seeded(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TRIPSWITCH_E2E_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("TRIPSWITCH_E2E_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (replay with TRIPSWITCH_E2E_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed))
 }
