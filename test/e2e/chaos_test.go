@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -78,15 +77,7 @@ func newCluster(t testing.TB) *cluster {
 			t.Fatal(err)
 		}
 	}
-	kc, err := env.AdminKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := t.TempDir() + "/kubeconfig"
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{c: env.Client, hook: hook, kubeconfig: path}
+	return &cluster{c: env.Client, hook: hook, kubeconfig: adminKubeconfig(t, env)}
 }
 
 func (cl *cluster) config(ctx context.Context) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -164,15 +163,7 @@ func TestTwinDeletedUnmutesTheSignal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kc, err := env.AdminKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := t.TempDir() + "/kubeconfig"
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startController(t, kubeconfig, "twins", "--leader-elect=false", "--apiserver-signal-interval=1s")
+	startController(t, adminKubeconfig(t, env), "twins", "--leader-elect=false", "--apiserver-signal-interval=1s")
 
 	// Real calls fail until the signal shows it.
 	ctx, stop := context.WithCancel(t.Context())

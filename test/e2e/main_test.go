@@ -157,3 +157,18 @@ func seeded(t *testing.T) *rand.Rand {
 	t.Logf("seed %d (replay with TRIPSWITCH_E2E_SEED=%d)", seed, seed)
 	return rand.New(rand.NewPCG(seed, seed))
 }
+
+// adminKubeconfig writes a cluster administrator's kubeconfig for env to the
+// test's temp directory and returns its path.
+func adminKubeconfig(t testing.TB, env *testenv.Env) string {
+	t.Helper()
+	kc, err := env.AdminKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/kubeconfig"
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
