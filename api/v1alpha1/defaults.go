@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "time"
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // The spec's defaults. The API server applies them through the CRD's
 // +kubebuilder:default markers, which must say the same (a test compares
@@ -19,6 +23,11 @@ const (
 	DefaultSignalWindow          = 30 * time.Second
 	DefaultSignalMinimumCalls    = 10
 	DefaultSignalFailureRate     = 50
+	DefaultHalfOpenAfter         = 30 * time.Second
+	DefaultHalfOpenWindow        = 30 * time.Second
+	DefaultHalfOpenSamplePercent = 6
+	DefaultHalfOpenMaxWait       = 2 * time.Minute
+	DefaultHalfOpenMaxBackoff    = 10 * time.Minute
 	DefaultAuditMaxObjects       = 1000
 	DefaultAuditQPS              = 5
 )
@@ -34,6 +43,16 @@ type ResolvedSpec struct {
 	Signal *ResolvedSignal
 	// Audit is nil when the audit is off.
 	Audit *ResolvedAudit
+	// HalfOpen is nil when closing needs no trial: any action but Bypass,
+	// or Bypass without the API server signal.
+	HalfOpen *ResolvedHalfOpen
+}
+
+// ResolvedHalfOpen is spec.halfOpen with its defaults.
+// +kubebuilder:object:generate=false
+type ResolvedHalfOpen struct {
+	After, Window, MaxWait, MaxBackoff time.Duration
+	SamplePercent                      int32
 }
 
 // ResolvedProbe is spec.probe with its defaults.
@@ -81,6 +100,9 @@ func (s *WebhookCircuitBreakerSpec) Resolve() ResolvedSpec {
 			r.Signal.FailureRateThreshold = sig.FailureRateThreshold
 		}
 	}
+	if r.Action == OpenActionBypass && r.Signal != nil {
+		r.HalfOpen = s.HalfOpen.Resolve()
+	}
 	if a := s.Audit; a != nil && a.Enabled {
 		r.Audit = &ResolvedAudit{MaxObjects: DefaultAuditMaxObjects, QPS: DefaultAuditQPS}
 		if a.MaxObjects > 0 {
@@ -115,5 +137,28 @@ func (p ProbeSpec) Resolve() ResolvedProbe {
 	if p.HealthPath != "" {
 		r.HealthPath = p.HealthPath
 	}
+	return r
+}
+
+// Resolve returns the half-open spec with every default applied; h may be
+// nil (every default). A maxWait shorter than the window is the window.
+func (h *HalfOpenSpec) Resolve() *ResolvedHalfOpen {
+	r := &ResolvedHalfOpen{After: DefaultHalfOpenAfter, Window: DefaultHalfOpenWindow, MaxWait: DefaultHalfOpenMaxWait,
+		MaxBackoff: DefaultHalfOpenMaxBackoff, SamplePercent: DefaultHalfOpenSamplePercent}
+	if h == nil {
+		return r
+	}
+	for _, f := range []struct {
+		from *metav1.Duration
+		to   *time.Duration
+	}{{h.After, &r.After}, {h.Window, &r.Window}, {h.MaxWait, &r.MaxWait}, {h.MaxBackoff, &r.MaxBackoff}} {
+		if f.from != nil && f.from.Duration > 0 {
+			*f.to = f.from.Duration
+		}
+	}
+	if h.SamplePercent > 0 {
+		r.SamplePercent = min(h.SamplePercent, 100)
+	}
+	r.MaxWait = max(r.MaxWait, r.Window)
 	return r
 }

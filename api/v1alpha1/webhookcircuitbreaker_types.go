@@ -129,7 +129,7 @@ type ProbeSpec struct {
 // WebhookCircuitBreakerSpec is an operator's approval to fail one webhook open.
 // +kubebuilder:validation:XValidation:rule="self.target.kind != 'MutatingWebhookConfiguration' || (has(self.allowAdmissionWithoutMutation) && self.allowAdmissionWithoutMutation)",message="allowAdmissionWithoutMutation must be true for a MutatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's mutation during an outage"
 // +kubebuilder:validation:XValidation:rule="self.target.kind != 'ValidatingWebhookConfiguration' || (has(self.allowAdmissionWithoutValidation) && self.allowAdmissionWithoutValidation)",message="allowAdmissionWithoutValidation must be true for a ValidatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's validation during an outage"
-// +kubebuilder:validation:XValidation:rule="!has(self.apiServerSignal) || !has(self.apiServerSignal.enabled) || !self.apiServerSignal.enabled || !has(self.openAction) || self.openAction != 'Bypass'",message="apiServerSignal cannot be used with openAction Bypass: Bypass stops the API server's calls to the webhook, so the signal would lose sight of the failure that opened the circuit, the healthy probes would close it, and it would open and close again for as long as real calls fail. Use openAction Ignore with the signal (the API server keeps calling and the signal stays true), or Bypass with the probes alone"
+// +kubebuilder:validation:XValidation:rule="!has(self.halfOpen) || (has(self.apiServerSignal) && has(self.apiServerSignal.enabled) && self.apiServerSignal.enabled && has(self.openAction) && self.openAction == 'Bypass')",message="halfOpen needs openAction Bypass and apiServerSignal.enabled: the trial sends a sample of real requests to the webhook (Bypass skips them all otherwise) and is judged on the API server's counts of those calls (with Ignore the API server calls the webhook anyway, so the signal already judges real calls)"
 type WebhookCircuitBreakerSpec struct {
 	// Target is the one webhook this breaker may change. Immutable.
 	// +required
@@ -175,11 +175,73 @@ type WebhookCircuitBreakerSpec struct {
 	// /metrics: calls, and calls that failed under failurePolicy Fail or
 	// Ignore), as a failure rate over a sliding window. The circuit opens
 	// when either signal trips, and closes only on healthy probes while the
-	// API server no longer sees failures (with Bypass it stops calling the
-	// webhook, so it cannot see a recovery). Needs get on the non-resource
-	// URL /metrics (the chart's apiServerSignal values).
+	// API server no longer sees failures. With Bypass the API server stops
+	// calling the webhook, so recovery is judged by a trial of real calls
+	// (spec.halfOpen). Needs get on the non-resource URL /metrics (the
+	// chart's apiServerSignal values).
 	// +optional
 	APIServerSignal *APIServerSignalSpec `json:"apiServerSignal,omitempty"`
+	// HalfOpen configures the trial that ends an open circuit with Bypass
+	// and the API server signal: once the probes have been healthy for
+	// halfOpen.after, a sample of real requests reaches the webhook again,
+	// under failurePolicy Ignore (a trial call that fails still admits), and
+	// the circuit closes only when the API server's calls in the trial pass.
+	// A failing trial goes back to full Bypass and waits again, longer each
+	// time. With openAction Bypass and apiServerSignal enabled the trial is
+	// on with its defaults; without the signal, Bypass closes on the probes
+	// alone. See docs/half-open.md.
+	// +optional
+	HalfOpen *HalfOpenSpec `json:"halfOpen,omitempty"`
+}
+
+// HalfOpenSpec configures the trial of real admission calls before a
+// Bypass circuit closes.
+type HalfOpenSpec struct {
+	// After is how long the probes must have been healthy, without a failure,
+	// before a trial starts; it is also the wait after the first failed trial,
+	// doubled after each further one up to maxBackoff. From 1s to 1h.
+	// Default 30s.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="halfOpen.after must be a duration from 1s to 1h"
+	After *metav1.Duration `json:"after,omitempty"`
+	// Window is how long a trial runs before it is judged: at its end the
+	// trial passes if the API server's calls to the webhook during the trial
+	// reach apiServerSignal.minimumCalls with a failure rate under
+	// apiServerSignal.failureRateThreshold. It fails as soon as the calls
+	// reach the threshold, or a probe fails. From 10s to 10m. Default 30s.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('10s') && duration(self) <= duration('10m')",message="halfOpen.window must be a duration from 10s to 10m"
+	Window *metav1.Duration `json:"window,omitempty"`
+	// SamplePercent is the share of requests the trial lets reach the
+	// webhook, from 1 to 100, applied in steps of 1/256 (rounded up: the
+	// default 6 is 16/256, 6.25%). The sample is chosen on a random
+	// identifier of the request's object; requests without one (a CREATE a
+	// mutating webhook sees before the object has a uid, of an object with
+	// no owner) stay bypassed. Default 6.
+	// +optional
+	// +kubebuilder:default=6
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SamplePercent int32 `json:"samplePercent,omitempty"`
+	// MaxWait bounds a trial that sees too few calls to judge (no traffic):
+	// after it the circuit closes on the healthy probes alone, and the status
+	// says so. At least halfOpen.window, at most 1h. Default 2m.
+	// +optional
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="halfOpen.maxWait must be a duration from 10s to 1h"
+	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
+	// MaxBackoff caps the wait between failed trials. From 1s to 24h.
+	// Default 10m.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="halfOpen.maxBackoff must be a duration from 1s to 24h"
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 }
 
 // APIServerSignalSpec configures the API server signal.
@@ -229,6 +291,35 @@ type APIServerSignalStatus struct {
 	// most every 30s, since each refresh is a status write.
 	// +optional
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+}
+
+// TrialStatus is the half-open trial as of the last status write.
+type TrialStatus struct {
+	// Phase is Waiting (the circuit is open with full Bypass; the next
+	// trial starts when the probes have been healthy long enough and not
+	// before nextTrialAt) or Running.
+	Phase string `json:"phase"`
+	// SamplePercent is the share of requests a trial lets through.
+	// +optional
+	SamplePercent string `json:"samplePercent,omitempty"`
+	// StartedAt is when the running trial began.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// Calls and Failures are the API server's calls to the webhook in the
+	// running trial, as the signal last read them.
+	// +optional
+	Calls int64 `json:"calls,omitempty"`
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
+	// FailedTrials counts the trials of this open window that failed.
+	// +optional
+	FailedTrials int32 `json:"failedTrials,omitempty"`
+	// NextTrialAt is the earliest start of the next trial.
+	// +optional
+	NextTrialAt *metav1.Time `json:"nextTrialAt,omitempty"`
+	// Message says what the trial waits for, or how it ended.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // AuditSpec configures the audit of open windows.
@@ -343,6 +434,35 @@ type CircuitRecord struct {
 	// Reason is why it opened.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Trial, while set, says the circuit is half-open (Bypass action): the
+	// matchCondition lets a sample of requests through and the webhook's
+	// failurePolicy is Ignore for the trial.
+	// +optional
+	Trial *TrialRecord `json:"trial,omitempty"`
+	// FailedTrials counts the trials of this open window that failed.
+	// +optional
+	FailedTrials int32 `json:"failedTrials,omitempty"`
+	// NextTrialAt is the earliest time the next trial may start, after a
+	// failed one.
+	// +optional
+	NextTrialAt *metav1.Time `json:"nextTrialAt,omitempty"`
+}
+
+// TrialRecord is what tripswitch changed for a trial, on top of the open
+// circuit's change.
+type TrialRecord struct {
+	// StartedAt is when the trial began.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Expression is the sample matchCondition's expression tripswitch set
+	// in place of "false".
+	Expression string `json:"expression"`
+	// SamplePercent is the share of requests the expression samples, as
+	// applied (a multiple of 1/256, in percent).
+	SamplePercent string `json:"samplePercent"`
+	// SetFailurePolicy is the failurePolicy tripswitch set for the trial
+	// (Ignore); closing or ending the trial restores the record's
+	// originalFailurePolicy.
+	SetFailurePolicy string `json:"setFailurePolicy"`
 }
 
 // OpenWindow is one period during which the circuit was open.
@@ -415,6 +535,8 @@ type WebhookCircuitBreakerStatus struct {
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 	// Conditions: Ready, CircuitOpen, TargetFound, ExternalChange, ProbeUnsupported,
 	// ProbesLate (probes cannot keep their interval), APIServerSignal.
+	// While a trial runs (spec.halfOpen), CircuitOpen's reason is
+	// TrialRunning.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -446,6 +568,10 @@ type WebhookCircuitBreakerStatus struct {
 	// begins with WebhookUnhealthy or APIServerFailing.
 	// +optional
 	APIServer *APIServerSignalStatus `json:"apiServer,omitempty"`
+	// Trial is the half-open trial (spec.halfOpen): the one running, or
+	// when the next may start; unset while the circuit is closed.
+	// +optional
+	Trial *TrialStatus `json:"trial,omitempty"`
 	// History lists the most recent open windows, newest last.
 	// +optional
 	// +kubebuilder:validation:MaxItems=20

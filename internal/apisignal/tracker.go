@@ -22,6 +22,10 @@ type Settings struct {
 	MinimumCalls int
 	// FailureRateThreshold is the percentage at which the signal says failing.
 	FailureRateThreshold float64
+	// From, when set, starts the window no earlier than this: a half-open
+	// trial counts only the calls made since it began. The last sample at or
+	// before From is each instance's baseline.
+	From time.Time
 }
 
 // Status is the signal for one breaker.
@@ -76,6 +80,8 @@ type tracked struct {
 	// shown is what Observe returns: the window as of the scrape that last
 	// changed the verdict, or refreshed the numbers.
 	shown Status
+	// last is the window as of the last scrape (Current).
+	last Status
 }
 
 // sample is one instance's cumulative counts at one read.
@@ -97,11 +103,18 @@ func (t *Tracker) Ensure(name string, s Settings) error {
 	if t.tracked == nil {
 		t.tracked = map[string]*tracked{}
 	}
-	if cur, ok := t.tracked[name]; ok && cur.settings == s {
+	if cur, ok := t.tracked[name]; ok && cur.settings.Webhook == s.Webhook {
+		// The same series, judged anew.
+		if cur.settings != s {
+			cur.settings = s
+			cur.last = cur.current()
+			cur.last.At = t.Clock.Now()
+			cur.shown = cur.last
+		}
 		return nil
 	}
 	st := Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}
-	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{}, status: st, shown: st}
+	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{}, status: st, shown: st, last: st}
 	return nil
 }
 
@@ -122,6 +135,18 @@ func (t *Tracker) Observe(name string) (Status, bool) {
 		return Status{}, false
 	}
 	return tr.shown, true
+}
+
+// Current returns a breaker's signal as of the last scrape, fresher than
+// Observe's: what a half-open trial is judged on when its window ends.
+func (t *Tracker) Current(name string) (Status, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr, ok := t.tracked[name]
+	if !ok {
+		return Status{}, false
+	}
+	return tr.last, true
 }
 
 // NeedLeaderElection: only the leader scrapes.
@@ -187,6 +212,7 @@ func (t *Tracker) Scrape(ctx context.Context) {
 		tr.prune(now)
 		cur := tr.current()
 		cur.At = now
+		tr.last = cur
 		if show(tr.shown, cur, refresh) {
 			tr.shown = cur
 			flipped = append(flipped, name)
@@ -233,6 +259,10 @@ func (tr *tracked) prune(now time.Time) {
 		for i < len(ss) && ss[i].at.Before(from) {
 			i++
 		}
+		// Keep the baseline of a From inside the window.
+		if f := tr.settings.From; f.After(from) && i > 0 && i < len(ss) {
+			i--
+		}
 		if i == len(ss) {
 			delete(tr.series, id)
 			continue
@@ -247,6 +277,12 @@ func (tr *tracked) current() Status {
 	s := tr.status
 	s.Calls, s.Failures = 0, 0
 	for _, ss := range tr.series {
+		if f := tr.settings.From; !f.IsZero() {
+			ss = since(ss, f)
+		}
+		if len(ss) == 0 {
+			continue
+		}
 		first, last := ss[0], ss[len(ss)-1]
 		calls, failures := last.Calls-first.Calls, last.Failures-first.Failures
 		s.Calls += int64(calls)
@@ -258,6 +294,19 @@ func (tr *tracked) current() Status {
 	}
 	s.Failing = s.FailureRate >= 0 && s.FailureRate >= tr.settings.FailureRateThreshold
 	return s
+}
+
+// since returns the samples from the last one at or before from, or all of
+// them when every sample is later.
+func since(ss []sample, from time.Time) []sample {
+	i := 0
+	for i+1 < len(ss) && !ss[i+1].at.After(from) {
+		i++
+	}
+	if ss[i].at.After(from) {
+		return ss
+	}
+	return ss[i:]
 }
 
 // FromAPIServer reads /metrics through a REST client of the API server

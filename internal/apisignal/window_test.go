@@ -248,3 +248,60 @@ func TestShownNumbersRefresh(t *testing.T) {
 		t.Fatalf("the flip 1 s after a refresh: %d notifications, shown %+v", notified, s)
 	}
 }
+
+// TestFromCountsOnlyTheTrial: with Settings.From (a half-open trial's
+// start), the failures that opened the circuit, still inside the window,
+// do not count; each instance's calls count from its last read before the
+// trial, and an instance first read during the trial counts from then.
+func TestFromCountsOnlyTheTrial(t *testing.T) {
+	a := &server{start: "1.8e+09", calls: 100}
+	b := &server{start: "1.80000001e+09", calls: 50}
+	p := &pool{}
+	tr, clk := newTracker(t, p)
+	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
+	// The outage: 20 failed calls on a, seen by the signal.
+	p.next = a
+	tr.Scrape(t.Context())
+	clk.Step(time.Second)
+	a.calls += 20
+	a.failing += 20
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); !s.Failing || s.Failures != 20 {
+		t.Fatalf("outage: %+v, want failing on 20 of 20", s)
+	}
+	clk.Step(5 * time.Second)
+	// The trial starts; the window still holds the outage.
+	settings.From = clk.Now()
+	if err := tr.Ensure("b", settings); err != nil {
+		t.Fatal(err)
+	}
+	if s := observe(t, tr); s.Failing || s.Calls != 0 {
+		t.Fatalf("at the trial's start: %+v, want nothing counted", s)
+	}
+	clk.Step(time.Second)
+	// 12 healthy trial calls on a, 6 on b (first read during the trial: its
+	// baseline is that read), 1 failure on a.
+	a.calls += 12
+	a.failing++
+	p.next = a
+	tr.Scrape(t.Context())
+	p.next = b
+	tr.Scrape(t.Context())
+	clk.Step(time.Second)
+	b.calls += 6
+	tr.Scrape(t.Context())
+	s := observe(t, tr)
+	if s.Failing || s.Calls != 18 || s.Failures != 1 {
+		t.Fatalf("trial: %+v, want 18 calls and 1 failure", s)
+	}
+	// Trial calls that fail at the threshold fail it.
+	a.calls += 20
+	a.failing += 20
+	p.next = a
+	clk.Step(time.Second)
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); !s.Failing || s.Calls != 38 || s.Failures != 21 {
+		t.Fatalf("failing trial: %+v, want failing with 21 of 38", s)
+	}
+}

@@ -222,6 +222,16 @@ func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, erro
 		} else {
 			ops = append(ops, operation{Op: "remove", Path: condPath})
 		}
+		if t := rec.Trial; t != nil {
+			// Closing from a trial also ends its failurePolicy.
+			path := webhookPath(i, "failurePolicy")
+			ops = append(ops, operation{Op: "test", Path: path, Value: t.SetFailurePolicy})
+			if rec.OriginalFailurePolicy == nil {
+				ops = append(ops, operation{Op: "remove", Path: path})
+			} else {
+				ops = append(ops, operation{Op: "replace", Path: path, Value: *rec.OriginalFailurePolicy})
+			}
+		}
 	}
 	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }

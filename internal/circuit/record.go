@@ -73,6 +73,19 @@ func validateRecord(rec *v1alpha1.CircuitRecord, webhook string) error {
 	if p := rec.OriginalFailurePolicy; p != nil && *p != "Fail" && *p != "Ignore" {
 		return fmt.Errorf("originalFailurePolicy %q is not Fail or Ignore", *p)
 	}
+	if t := rec.Trial; t != nil {
+		switch {
+		case rec.Action != v1alpha1.OpenActionBypass:
+			return fmt.Errorf("a trial on action %s (only Bypass has one)", rec.Action)
+		case !IsSampleExpression(t.Expression):
+			return errors.New("trial.expression is not an expression tripswitch writes")
+		case t.SetFailurePolicy != "Ignore":
+			return fmt.Errorf("trial.setFailurePolicy %q is not Ignore", t.SetFailurePolicy)
+		}
+	}
+	if rec.FailedTrials < 0 {
+		return fmt.Errorf("failedTrials %d is negative", rec.FailedTrials)
+	}
 	return nil
 }
 

@@ -40,10 +40,21 @@ func (s State) Intact() bool {
 		return fp != nil && string(*fp) == s.Record.SetFailurePolicy
 	case v1alpha1.OpenActionBypass:
 		j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition)
-		return j >= 0 && s.Webhook.MatchConditions[j].Expression == MatchConditionExpression
+		if j < 0 {
+			return false
+		}
+		expr := s.Webhook.MatchConditions[j].Expression
+		if t := s.Record.Trial; t != nil {
+			fp := s.Webhook.FailurePolicy
+			return expr == t.Expression && fp != nil && string(*fp) == t.SetFailurePolicy
+		}
+		return expr == MatchConditionExpression
 	}
 	return false
 }
+
+// InTrial reports whether the record says a half-open trial is running.
+func (s State) InTrial() bool { return s.Record != nil && s.Record.Trial != nil }
 
 // FailsOpenWithoutRecord reports whether the webhook already fails open in the
 // way action would make it, with no record of tripswitch's: someone else set

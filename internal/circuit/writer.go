@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,6 +55,26 @@ func (w Writer) CloseAll(ctx context.Context, cfg *Configuration, recs []v1alpha
 		return err
 	}
 	return w.apply(ctx, cfg, fmt.Sprintf("close the circuits of %d webhooks", len(recs)), data)
+}
+
+// StartTrial starts a half-open trial on rec's open Bypass circuit (see
+// TrialPatch) and returns the record written.
+func (w Writer) StartTrial(ctx context.Context, cfg *Configuration, rec v1alpha1.CircuitRecord, percent int32, now metav1.Time) (v1alpha1.CircuitRecord, error) {
+	data, full, err := TrialPatch(cfg, rec, percent, now)
+	if err != nil {
+		return rec, err
+	}
+	return full, w.apply(ctx, cfg, "start a trial of webhook "+rec.Webhook, data)
+}
+
+// EndTrial ends rec's failed trial (see EndTrialPatch) and returns the
+// record written.
+func (w Writer) EndTrial(ctx context.Context, cfg *Configuration, rec v1alpha1.CircuitRecord, next metav1.Time) (v1alpha1.CircuitRecord, error) {
+	data, full, err := EndTrialPatch(cfg, rec, next)
+	if err != nil {
+		return rec, err
+	}
+	return full, w.apply(ctx, cfg, "end the trial of webhook "+rec.Webhook, data)
 }
 
 // Drop removes webhook's record and nothing else.

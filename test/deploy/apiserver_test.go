@@ -145,6 +145,22 @@ func (in *installed) cycle(ctx context.Context, kind v1alpha1.TargetKind, name s
 	if err != nil {
 		return err
 	}
+	if action == v1alpha1.OpenActionBypass {
+		// A half-open trial, a failed one, and a second trial: each a write
+		// the guard must allow (its sample expression included).
+		for _, step := range []func() error{
+			func() (err error) { rec, err = w.StartTrial(ctx, cfg, rec, 6, metav1.Now()); return err },
+			func() (err error) { rec, err = w.EndTrial(ctx, cfg, rec, metav1.Now()); return err },
+			func() (err error) { rec, err = w.StartTrial(ctx, cfg, rec, 100, metav1.Now()); return err },
+		} {
+			if cfg, err = read(); err != nil {
+				return err
+			}
+			if err := step(); err != nil {
+				return err
+			}
+		}
+	}
 	if cfg, err = read(); err != nil {
 		return err
 	}
@@ -244,6 +260,11 @@ func testInstalledPermissions(t *testing.T, in *installed) {
 			"its matchCondition made true": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
 				c.Annotations[circuit.AnnotationKey("target.example.com")] = "{}"
 				c.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "tripswitch.dev/circuit-open", Expression: "true"}}
+			}, "must have the expression false"},
+			"its matchCondition made a selective skip": {func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+				c.Annotations[circuit.AnnotationKey("target.example.com")] = "{}"
+				c.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "tripswitch.dev/circuit-open",
+					Expression: circuit.SamplePrefix + "(0)') || object.metadata.name.matches('^evil" + circuit.SampleSuffix}}
 			}, "must have the expression false"},
 		} {
 			err := in.saEdit(ctx, approvedMutating, edit.edit)
