@@ -103,7 +103,11 @@ func printCircuits(out io.Writer, format string, circuits []breakglass.Circuit, 
 		if c.BreakerExists {
 			exists = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimSuffix(string(c.Kind), "WebhookConfiguration"), c.Ref(), c.Action, open, c.Breaker, exists, restore)
+		action := string(c.Action)
+		if c.Trial != "" {
+			action += fmt.Sprintf(" (trial: %s for %s)", c.Trial, now.Sub(c.TrialSince).Round(time.Second))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimSuffix(string(c.Kind), "WebhookConfiguration"), c.Ref(), action, open, c.Breaker, exists, restore)
 	}
 	return w.Flush()
 }

@@ -35,6 +35,13 @@ type Circuit struct {
 	// BreakerExists: a WebhookCircuitBreaker with the record's name and UID
 	// still exists (if not, nothing but a restore will close this circuit).
 	BreakerExists bool `json:"breakerExists"`
+	// Trial, when set, says the circuit is half-open: a trial lets this
+	// share of requests reach the webhook, under failurePolicy Ignore, since
+	// TrialSince. A restore ends the trial too.
+	Trial      string    `json:"trial,omitempty"`
+	TrialSince time.Time `json:"trialSince,omitzero"`
+	// FailedTrials counts the trials of this open window that failed.
+	FailedTrials int32 `json:"failedTrials,omitempty"`
 	// Problem, when set, is why tripswitch would not restore it: the record
 	// is unreadable, or someone changed what tripswitch set.
 	Problem string `json:"problem,omitempty"`
@@ -86,6 +93,10 @@ func describe(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, cf
 	}
 	rec := st.Record
 	out.Action, out.Since, out.Breaker = rec.Action, rec.OpenedAt.Time, rec.Breaker
+	out.FailedTrials = rec.FailedTrials
+	if t := rec.Trial; t != nil {
+		out.Trial, out.TrialSince = t.SamplePercent, t.StartedAt.Time
+	}
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b); err == nil && b.UID == rec.BreakerUID {
 		out.BreakerExists = true

@@ -44,10 +44,17 @@ func open(t *testing.T, c client.Client, kind v1alpha1.TargetKind, name, webhook
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (circuit.Writer{Client: c}).Open(t.Context(), cfg, webhook, v1alpha1.CircuitRecord{
+	rec, err := (circuit.Writer{Client: c}).Open(t.Context(), cfg, webhook, v1alpha1.CircuitRecord{
 		Breaker: breaker, BreakerUID: uid, Action: action, OpenedAt: metav1.Now(),
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if action == v1alpha1.OpenActionBypass {
+		// In a half-open trial: a restore must end it too.
+		if _, err := (circuit.Writer{Client: c}).StartTrial(t.Context(), cfg, rec, 6, metav1.Now()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -113,7 +120,8 @@ func TestStatusAndRestoreWithoutTheController(t *testing.T) {
 		t.Fatalf("listed %+v, want two open circuits", circuits)
 	}
 	alt, bypass := circuits[0], circuits[1] // sorted by configuration name
-	if bypass.Ref() != "bg-bypass/target.example.com" || bypass.Action != v1alpha1.OpenActionBypass || !bypass.BreakerExists || bypass.Problem != "" || bypass.Since.IsZero() {
+	if bypass.Ref() != "bg-bypass/target.example.com" || bypass.Action != v1alpha1.OpenActionBypass || !bypass.BreakerExists || bypass.Problem != "" || bypass.Since.IsZero() ||
+		bypass.Trial != "6.25%" || bypass.TrialSince.IsZero() {
 		t.Fatalf("bypass circuit %+v", bypass)
 	}
 	if alt.Ref() != "bg-altered/target.example.com" || alt.BreakerExists || !strings.Contains(alt.Problem, "someone changed") {
