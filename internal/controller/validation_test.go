@@ -39,10 +39,24 @@ func TestAPIServerRejectsBadBreakers(t *testing.T) {
 		}, "probe.timeout (2s) must not exceed probe.interval (1s)"},
 		{"short interval with the default timeout", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.Interval = dur(100 * time.Millisecond) },
 			"probe.timeout (250ms) must not exceed probe.interval (100ms); the timeout defaults to 250ms, so an interval under 250ms needs a timeout of its own, for example timeout: 100ms"},
-		{"Bypass with the API server signal", func(w *v1alpha1.WebhookCircuitBreaker) {
+		{"halfOpen without the API server signal", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.OpenAction = v1alpha1.OpenActionBypass
+			w.Spec.HalfOpen = &v1alpha1.HalfOpenSpec{}
+		}, "halfOpen needs openAction Bypass and apiServerSignal.enabled"},
+		{"halfOpen with Ignore", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+			w.Spec.HalfOpen = &v1alpha1.HalfOpenSpec{}
+		}, "halfOpen needs openAction Bypass"},
+		{"sample rate over 100", func(w *v1alpha1.WebhookCircuitBreaker) {
 			w.Spec.OpenAction = v1alpha1.OpenActionBypass
 			w.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
-		}, "apiServerSignal cannot be used with openAction Bypass"},
+			w.Spec.HalfOpen = &v1alpha1.HalfOpenSpec{SamplePercent: 101}
+		}, "spec.halfOpen.samplePercent"},
+		{"trial window too short", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Spec.OpenAction = v1alpha1.OpenActionBypass
+			w.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true}
+			w.Spec.HalfOpen = &v1alpha1.HalfOpenSpec{Window: dur(time.Second)}
+		}, "halfOpen.window must be a duration from 10s to 10m"},
 		{"relative health path", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Probe.HealthPath = "healthz" }, "spec.probe.healthPath"},
 		{"empty webhook name", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = "" }, "spec.target.webhookName"},
 	}
