@@ -32,7 +32,7 @@ func ExamplePolicy() {
 	defer account.Close()
 
 	circuits, _ := breaker.NewRegistry(breaker.Config{WindowType: breaker.TimeBased, WindowSize: 30, MinimumNumberOfCalls: 10}, nil)
-	shared := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{})
+	shared := http.DefaultTransport.(*http.Transport).Clone() // one pool for both call sites
 	access := breakerhttp.Policy{Breaker: circuits.Get("account-access"), Timeout: 10 * time.Second, Base: shared}.Client()
 	read := breakerhttp.Policy{Breaker: circuits.Get("account-read"), Timeout: 10 * time.Second, Base: shared,
 		Retry: &breakerhttp.Retry{Attempts: 3, Backoff: time.Millisecond}}.Client()
