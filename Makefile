@@ -7,7 +7,7 @@ ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # Library modules: each its own go.mod, so a user of one pulls in only what
 # it needs (see README, "Modules").
-LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate examples
+LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate accessgateprom examples
 # The modules that keep Helm, kustomize, the Prometheus server, gonum/plot
 # and go-containerregistry out of the controller's module graph: the
 # end-to-end and release tests, the release tool and the demo command.
