@@ -205,7 +205,7 @@ func TestControllerUsesNoLibraryModule(t *testing.T) {
 // TestUnpublishedLibraryBuildsWithReplaceLines: before the library modules
 // are tagged, a service uses them from a checkout with one replace line per
 // tripswitch module in its build, the dependencies' own replace lines
-// included (they do not reach the main module), as the README says. The
+// included (they do not reach the main module), as docs/library.md says. The
 // deepest chain, accessgate over breakerhttp over breaker, builds so.
 func TestUnpublishedLibraryBuildsWithReplaceLines(t *testing.T) {
 	root, err := filepath.Abs("../..")
