@@ -6,8 +6,8 @@ STATICCHECK          ?= v0.8.2
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # Library modules: each its own go.mod, so a user of one pulls in only what
-# it needs (see README, "Modules").
-LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate examples
+# it needs (see docs/library.md, "Modules").
+LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate accessgateprom examples
 # The modules that keep Helm, kustomize, the Prometheus server, gonum/plot
 # and go-containerregistry out of the controller's module graph: the
 # end-to-end and release tests, the release tool and the demo command.
@@ -95,7 +95,7 @@ release:
 	cd hack/release && go build -o $(CURDIR)/bin/release .
 	bin/release -version $(VERSION) -repository $(REPOSITORY) -out dist
 
-## demo: the delayed-webhook experiment on a real API server (Ignore, then Bypass)
+## demo: the delayed-webhook experiment on a real API server (Ignore, Bypass, then Ignore with the API server signal)
 demo: tools
 	cd cmd/tripswitch-demo && go build -o $(CURDIR)/bin/tripswitch-demo .
 	KUBEBUILDER_ASSETS=$(ASSETS) bin/tripswitch-demo --out out/demo

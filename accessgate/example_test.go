@@ -2,6 +2,7 @@ package accessgate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,4 +90,79 @@ func ExampleChecker_Invalidate() {
 	// <nil>
 	// accessgate: access denied
 	// <nil>
+}
+
+// New with a Lookup of your own (here a function; HTTPLookup asks a
+// permission service over HTTP). Check answers nil, ErrDenied, or an error
+// that matches ErrUnavailable: the gate fails closed, and the error says
+// when asking again makes sense.
+func ExampleNew() {
+	var down atomic.Bool
+	gate, err := accessgate.New(accessgate.Config{
+		Name: "orders",
+		Lookup: accessgate.LookupFunc(func(_ context.Context, subject, resource string) (bool, error) {
+			if down.Load() {
+				return false, errors.New("permission service: connection refused")
+			}
+			return subject == "alice", nil
+		}),
+		Logger: discard(),
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer gate.Close()
+	ctx := context.Background()
+	fmt.Println(gate.Check(ctx, "alice", "orders"))
+	fmt.Println(gate.Check(ctx, "bob", "orders"))
+	down.Store(true)
+	err = gate.Check(ctx, "carol", "orders")
+	var ue *accessgate.UnavailableError
+	fmt.Println(errors.Is(err, accessgate.ErrUnavailable), errors.As(err, &ue) && ue.RetryAfter > 0)
+	// Output:
+	// <nil>
+	// accessgate: access denied
+	// true true
+}
+
+// HTTPLookup asks a permission service; Query builds GET
+// base?subject=S&resource=R with a header of yours. Only an exact decision
+// decides: a 200 that is not `true`, `false` or {"allowed": bool} (here an
+// HTML error page) is a misconfiguration, refused even by a fail-open gate.
+func ExampleHTTPLookup() {
+	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Internal-Secret") != "s3cret" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		switch r.URL.Query().Get("subject") {
+		case "alice":
+			fmt.Fprint(w, `{"allowed": true}`)
+		case "bob":
+			fmt.Fprint(w, `{"allowed": false}`)
+		default:
+			fmt.Fprint(w, "<html>maintenance</html>")
+		}
+	}))
+	defer account.Close()
+
+	b, _ := breaker.New("account-access", breaker.Config{})
+	client := breakerhttp.Policy{Breaker: b, Timeout: 10 * time.Second}.Client()
+	secret := http.Header{"X-Internal-Secret": {"s3cret"}}
+	gate, _ := accessgate.New(accessgate.Config{
+		Lookup:          &accessgate.HTTPLookup{Client: client, Request: accessgate.Query(account.URL+"/internal/access", secret)},
+		WhenUnavailable: accessgate.AllowWhenUnavailable,
+		Logger:          discard(),
+	})
+	defer gate.Close()
+	ctx := context.Background()
+	for _, user := range []string{"alice", "bob", "mallory"} {
+		err := gate.Check(ctx, user, "orders")
+		var ue *accessgate.UnavailableError
+		fmt.Println(user, err == nil, errors.Is(err, accessgate.ErrDenied), errors.As(err, &ue) && ue.Misconfigured)
+	}
+	// Output:
+	// alice true false false
+	// bob false true false
+	// mallory false false true
 }

@@ -174,3 +174,20 @@ func ExampleRegistry_Update() {
 	// true 3 66.66666666666667
 	// false 0
 }
+
+// New makes one circuit. The zero Config is Resilience4j's defaults; set
+// only what differs. An invalid setting is an error that names the field.
+func ExampleNew() {
+	b, err := breaker.New("account-read", breaker.Config{})
+	if err != nil {
+		panic(err)
+	}
+	c := b.Config()
+	fmt.Println(b.Name(), b.State(), c.WindowType, c.WindowSize, c.MinimumNumberOfCalls, c.FailureRateThreshold, c.WaitDurationInOpenState, c.PermittedNumberOfCallsInHalfOpenState)
+
+	_, err = breaker.New("account-read", breaker.Config{FailureRateThreshold: 101})
+	fmt.Println(err)
+	// Output:
+	// account-read CLOSED COUNT_BASED 100 100 50 1m0s 10
+	// breaker config: FailureRateThreshold=101: must be in (0, 100]
+}

@@ -13,6 +13,10 @@
 // interceptors judge the caller's context before the classifier: any error
 // of a call whose context the caller canceled is ignored, since a context
 // canceled with a cause does not make the error context.Canceled.
+// grpc-go gives a transport's ResourceExhausted and a server's the same
+// code, so the transport's is told by the message grpc-go writes for a
+// reset stream ("stream terminated by RST_STREAM ..."); use [FailOnCodes]
+// or a Classifier of your own to decide otherwise.
 //
 // An open circuit answers without sending anything, with an error whose
 // gRPC status is Unavailable and that matches breaker.ErrOpen. With
@@ -68,7 +72,7 @@ func DefaultClassifier(err error) breaker.Outcome {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.DataLoss:
 		return breaker.Failure
 	case codes.ResourceExhausted:
-		if FromTransport(s) {
+		if fromTransport(s) {
 			return breaker.Failure
 		}
 		return breaker.Ignore
@@ -76,7 +80,7 @@ func DefaultClassifier(err error) breaker.Outcome {
 	return breaker.Ignore
 }
 
-// FromTransport reports whether s was raised by grpc-go's HTTP/2 transport
+// fromTransport reports whether s was raised by grpc-go's HTTP/2 transport
 // because the peer reset the stream (RST_STREAM), rather than returned by
 // the server's handler or produced by a local check.
 //
@@ -86,7 +90,7 @@ func DefaultClassifier(err error) breaker.Outcome {
 // transport: its ResourceExhausted counts as a failure instead of being
 // ignored. Only a server that copies grpc-go's wording can cause that, and
 // FailOnCodes or a Classifier of your own decides otherwise if it matters.
-func FromTransport(s *status.Status) bool {
+func fromTransport(s *status.Status) bool {
 	return strings.HasPrefix(s.Message(), "stream terminated by RST_STREAM")
 }
 

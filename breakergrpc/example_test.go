@@ -90,3 +90,50 @@ func ExampleConfig_serverPushback() {
 	// Unavailable OPEN
 	// Unavailable true
 }
+
+// A stream is one call to the circuit, recorded when it ends: here each
+// watch gets a message and then fails with Unavailable, so the second one's
+// end opens the circuit and the third is refused before anything is sent.
+func ExampleStreamClientInterceptor() {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, &health{})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	b, _ := breaker.New("account-watch", breaker.Config{MinimumNumberOfCalls: 2})
+	cc, _ := grpc.NewClient("passthrough:///"+ln.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStreamInterceptor(breakergrpc.StreamClientInterceptor(breakergrpc.One(b), breakergrpc.Config{})))
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+
+	watch := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: fmt.Sprintf("code/%d", codes.Unavailable)})
+		if err != nil {
+			fmt.Println("refused:", status.Code(err), errors.Is(err, breaker.ErrOpen))
+			return
+		}
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				fmt.Println("ended:", status.Code(err))
+				return
+			}
+			fmt.Println("got:", msg.GetStatus())
+		}
+	}
+	for range 3 {
+		watch()
+	}
+	fmt.Println(b.State())
+	// Output:
+	// got: SERVING
+	// ended: Unavailable
+	// got: SERVING
+	// ended: Unavailable
+	// refused: Unavailable true
+	// OPEN
+}

@@ -3,7 +3,9 @@ package breakerhttp
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"syscall"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
 )
@@ -62,4 +64,11 @@ func Transient(req *http.Request, resp *http.Response, err error) bool {
 		return true
 	}
 	return resp.StatusCode >= 500
+}
+
+// Refused reports whether err is a refused connection: the dial failed,
+// so the request was never sent.
+func Refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, syscall.ECONNREFUSED)
 }

@@ -38,11 +38,12 @@
 // resets is a failure: close every response body (net/http requires it
 // anyway).
 //
-// [NewBaseTransport] builds a shared base transport with an opt-in short
-// DNS cache. [Retry] resends a request whose connection was refused (it was
-// never sent, so any method may go again), outside the circuit, so that the
+// [Retry] resends a request whose connection was refused (it was never
+// sent, so any method may go again), outside the circuit, so that the
 // circuit counts every attempt.
 //
-// [HealthHandler] reports circuits as information and always answers 200: an
-// open circuit means a dependency is sick, not this process.
+// The package is the circuit and its composition, nothing else: the base
+// transport (its dialer, DNS, TLS and pool) is any http.RoundTripper the
+// caller builds, shared between the call sites to one service through
+// [Policy].Base, and health endpoints are the application's.
 package breakerhttp

@@ -32,7 +32,7 @@ func ExamplePolicy() {
 	defer account.Close()
 
 	circuits, _ := breaker.NewRegistry(breaker.Config{WindowType: breaker.TimeBased, WindowSize: 30, MinimumNumberOfCalls: 10}, nil)
-	shared := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{})
+	shared := http.DefaultTransport.(*http.Transport).Clone() // one pool for both call sites
 	access := breakerhttp.Policy{Breaker: circuits.Get("account-access"), Timeout: 10 * time.Second, Base: shared}.Client()
 	read := breakerhttp.Policy{Breaker: circuits.Get("account-read"), Timeout: 10 * time.Second, Base: shared,
 		Retry: &breakerhttp.Retry{Attempts: 3, Backoff: time.Millisecond}}.Client()
@@ -58,6 +58,39 @@ func ExamplePolicy() {
 	// account-read: 200 after 3 attempts
 	// account-access: 200
 	// account-read window: 3 calls, 2 failed
+}
+
+// A Transport is one call site's circuit under an http.Client of your own.
+// What counts is DefaultClassifier's: a 5xx is a failure, a 4xx is the
+// caller's problem and is not counted at all (FailOnStatus changes that),
+// and a success is recorded once its body has been read or closed.
+func ExampleTransport() {
+	codes := []int{http.StatusNotFound, http.StatusNotFound, http.StatusInternalServerError, http.StatusOK}
+	calls := 0
+	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(codes[calls%len(codes)])
+		calls++
+	}))
+	defer account.Close()
+
+	b, _ := breaker.New("account-read", breaker.Config{})
+	client := &http.Client{Transport: &breakerhttp.Transport{Breaker: b, Timeout: 10 * time.Second}}
+	var got []int
+	for range codes {
+		resp, err := client.Get(account.URL)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		breakerhttp.DrainClose(resp)
+		got = append(got, resp.StatusCode)
+	}
+	m := b.Metrics()
+	fmt.Println(got)
+	fmt.Println("window:", m.Calls, "calls,", m.FailedCalls, "failed")
+	// Output:
+	// [404 404 500 200]
+	// window: 2 calls, 1 failed
 }
 
 // A fire-and-forget notification swallows its errors, but the circuit has

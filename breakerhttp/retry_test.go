@@ -2,13 +2,11 @@ package breakerhttp_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,7 +171,8 @@ func TestRetryRefused(t *testing.T) {
 	h, n := script()
 	srv := newServer(t, h)
 	d := &refusingDialer{closed: closedAddr(t)}
-	tr := breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{Dialer: d})
+	tr := base(t)
+	tr.DialContext = d.DialContext
 	b := newBreaker(t, 100, nil)
 	c := client(t, breakerhttp.Policy{Breaker: b, Base: tr, Retry: &breakerhttp.Retry{Attempts: 2, Wait: noWait}}.RoundTripper())
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("order"))
@@ -207,121 +206,14 @@ func TestRetryRefused(t *testing.T) {
 	// Without Retry the refusal reaches the circuit.
 	d2 := &refusingDialer{closed: closedAddr(t)}
 	b2 := newBreaker(t, 100, nil)
-	c2 := client(t, breakerhttp.Policy{Breaker: b2, Base: breakerhttp.NewBaseTransport(breakerhttp.BaseOptions{Dialer: d2})}.RoundTripper())
+	tr2 := base(t)
+	tr2.DialContext = d2.DialContext
+	c2 := client(t, breakerhttp.Policy{Breaker: b2, Base: tr2}.RoundTripper())
 	if _, err := c2.Get(srv.URL); !breakerhttp.Refused(err) {
 		t.Fatalf("want the refusal without Retry, got %v", err)
 	}
 	if b2.Totals().Failed != 1 {
 		t.Fatal("the refusal was not counted")
-	}
-}
-
-// countingResolver answers every host with 127.0.0.1, or fails while down.
-type countingResolver struct {
-	lookups atomic.Int64
-	down    atomic.Bool
-	delay   time.Duration
-}
-
-func (r *countingResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
-	r.lookups.Add(1)
-	time.Sleep(r.delay)
-	if r.down.Load() {
-		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
-	}
-	return []string{"127.0.0.1"}, nil
-}
-
-// TestDNSCache: lookups are shared within the TTL and by concurrent dials,
-// repeated after it, and failures are not cached.
-func TestDNSCache(t *testing.T) {
-	srv := newServer(t, statusHandler())
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	res := &countingResolver{delay: 20 * time.Millisecond}
-	clk := newClock()
-	cache := &breakerhttp.DNSCache{TTL: 5 * time.Second, Resolver: res, Clock: clk}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Go(func() {
-			conn, err := cache.DialContext(ctx, "tcp", net.JoinHostPort("account.internal", port))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_ = conn.Close()
-		})
-	}
-	wg.Wait()
-	if n := res.lookups.Load(); n != 1 {
-		t.Fatalf("%d lookups for 50 concurrent cold dials, want 1", n)
-	}
-	clk.Advance(4 * time.Second)
-	dial := func() error {
-		conn, err := cache.DialContext(ctx, "tcp", net.JoinHostPort("account.internal", port))
-		if err == nil {
-			_ = conn.Close()
-		}
-		return err
-	}
-	if err := dial(); err != nil || res.lookups.Load() != 1 {
-		t.Fatalf("within the TTL: err %v, %d lookups", err, res.lookups.Load())
-	}
-	clk.Advance(2 * time.Second)
-	res.down.Store(true)
-	if err := dial(); err == nil {
-		t.Fatal("an expired entry was used after the resolver failed")
-	}
-	res.down.Store(false)
-	if err := dial(); err != nil {
-		t.Fatalf("the failure was cached: %v", err)
-	}
-	if n := res.lookups.Load(); n != 3 {
-		t.Fatalf("%d lookups, want 3 (cold, failed, recovered)", n)
-	}
-}
-
-// TestHealthStaysUpWhileOpen: liveness and readiness must not follow a
-// dependency's circuit.
-func TestHealthStaysUpWhileOpen(t *testing.T) {
-	reg, err := breaker.NewRegistry(breaker.Config{WindowSize: 4, MinimumNumberOfCalls: 4}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	access := reg.Get("account-access")
-	for _, o := range []breaker.Outcome{breaker.Success, breaker.Failure, breaker.Failure, breaker.Failure} {
-		if p, err := access.Allow(); err == nil {
-			p.Done(o)
-		}
-	}
-	reg.Get("account-read").ForceOpen()
-	reg.Get("notification")
-	srv := newServer(t, breakerhttp.HealthHandler(reg))
-	resp, err := client(t, base(t)).Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var got struct {
-		Status   string
-		Circuits map[string]struct {
-			State         string
-			FailureRate   float64
-			BufferedCalls int64
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK || got.Status != "UP" {
-		t.Fatalf("health %d %q with circuits open, want 200 UP", resp.StatusCode, got.Status)
-	}
-	if got.Circuits["account-access"].State != "OPEN" || got.Circuits["account-read"].State != "FORCED_OPEN" || got.Circuits["notification"].State != "CLOSED" {
-		t.Fatalf("circuits not reported: %+v", got.Circuits)
-	}
-	// An open circuit reports the window that opened it, as Resilience4j.
-	if a := got.Circuits["account-access"]; a.FailureRate != 75 || a.BufferedCalls != 4 {
-		t.Fatalf("open circuit reported %+v, want the window that opened it (4 calls, 75%%)", a)
 	}
 }
 

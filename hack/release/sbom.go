@@ -29,7 +29,7 @@ const Source = "https://github.com/tripswitch-dev/tripswitch"
 
 // LibraryModules are the library's modules, each released on its own tag
 // (<dir>/vX.Y.Z); the release writes an SBOM of what each one builds.
-var LibraryModules = []string{"breaker", "breakerhttp", "breakergrpc", "breakerprom", "accessgate"}
+var LibraryModules = []string{"breaker", "breakerhttp", "breakergrpc", "breakerprom", "accessgate", "accessgateprom"}
 
 // vcsInfo is what the go command stamped into a binary about its checkout.
 type vcsInfo struct {

@@ -11,7 +11,7 @@ import (
 )
 
 // Report writes the results as Markdown tables (they paste into an issue or
-// the README as they are): each phase's creates, the circuit's timings, and
+// docs/demo.md as they are): each phase's creates, the circuit's timings, and
 // which signal saw the fault first; then the webhook as read back.
 func Report(w io.Writer, runs []Run) error {
 	phases := table{header: []string{"condition", "policy or action", "result", "p50", "max"}, right: []bool{false, false, false, true, true}}

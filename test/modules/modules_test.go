@@ -39,7 +39,8 @@ func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
 		{"breakerhttp", []string{self + "breaker"}, nil},
 		{"breakergrpc", nil, []string{"github.com/prometheus/", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakerprom"}},
 		{"breakerprom", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakergrpc"}},
-		{"accessgate", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakergrpc", "github.com/tsenart/"}},
+		{"accessgate", nil, []string{"github.com/prometheus/", "google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakergrpc", self + "breakerprom", self + "accessgateprom", "github.com/tsenart/"}},
+		{"accessgateprom", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakergrpc", self + "breakerprom", "github.com/tsenart/"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.module, func(t *testing.T) {
@@ -53,6 +54,25 @@ func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGateModuleRequiresNoPrometheus: a user of accessgate does not get
+// client_golang in its module graph; the gate's collector is the
+// accessgateprom module's, and only that module requires it.
+func TestGateModuleRequiresNoPrometheus(t *testing.T) {
+	const client = "github.com/prometheus/client_golang"
+	for module, want := range map[string]bool{"accessgate": false, "accessgateprom": true, "breakerhttp": false, "breakerprom": true} {
+		out := goList(t, "../../"+module, "-m", "all")
+		got := false
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, client+" ") {
+				got = true
+			}
+		}
+		if got != want {
+			t.Errorf("%s's module graph holds %s: %v, want %v\n%s", module, client, got, want, out)
+		}
 	}
 }
 
@@ -185,7 +205,7 @@ func TestControllerUsesNoLibraryModule(t *testing.T) {
 // TestUnpublishedLibraryBuildsWithReplaceLines: before the library modules
 // are tagged, a service uses them from a checkout with one replace line per
 // tripswitch module in its build, the dependencies' own replace lines
-// included (they do not reach the main module), as the README says. The
+// included (they do not reach the main module), as docs/library.md says. The
 // deepest chain, accessgate over breakerhttp over breaker, builds so.
 func TestUnpublishedLibraryBuildsWithReplaceLines(t *testing.T) {
 	root, err := filepath.Abs("../..")

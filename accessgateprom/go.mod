@@ -1,0 +1,32 @@
+// Module accessgateprom exports accessgate's counts to Prometheus: the
+// gate's module does not require client_golang, this one does.
+module github.com/tripswitch-dev/tripswitch/accessgateprom
+
+go 1.26.0
+
+require (
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/common v0.72.0
+	github.com/tripswitch-dev/tripswitch/accessgate v0.0.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/maypok86/otter/v2 v2.4.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tripswitch-dev/tripswitch/breaker v0.0.0 // indirect
+	github.com/tripswitch-dev/tripswitch/breakerhttp v0.0.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/tripswitch-dev/tripswitch/accessgate => ../accessgate
+	github.com/tripswitch-dev/tripswitch/breaker => ../breaker
+	github.com/tripswitch-dev/tripswitch/breakerhttp => ../breakerhttp
+)
