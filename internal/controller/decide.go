@@ -7,6 +7,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -19,6 +20,10 @@ const (
 	WriteOpen  Write = "Open"
 	WriteClose Write = "Close"
 	WriteDrop  Write = "Drop"
+	// WriteTrial starts a half-open trial; WriteEndTrial ends a failed one
+	// (back to full Bypass).
+	WriteTrial    Write = "Trial"
+	WriteEndTrial Write = "EndTrial"
 )
 
 // Reasons used in decisions, events and conditions.
@@ -111,6 +116,9 @@ type Input struct {
 	// ConflictWinner, when set, is the older breaker that names the same
 	// webhook and owns it: this one never opens the circuit (conflict.go).
 	ConflictWinner string
+	// Trial is the half-open trial's verdict (spec.halfOpen), nil when
+	// closing needs no trial.
+	Trial *halfopen.Verdict
 }
 
 // Decision is what to do, and why. The status is computed from its fields,
@@ -138,6 +146,9 @@ type Decision struct {
 	ExternalChange bool
 	// ReleaseFinalizer: the breaker may be deleted now.
 	ReleaseFinalizer bool
+	// Trial is the trial verdict this decision acts on, if any: its Next is
+	// when an ended trial's successor may start, or when to look again.
+	Trial *halfopen.Verdict
 }
 
 // Decide is the controller's whole policy: an ordered chain of checks over the
@@ -164,6 +175,10 @@ func Decide(in Input) Decision {
 	case v1alpha1.ModeForceClosed:
 		return decideForceClosed(in)
 	case v1alpha1.ModeForceOpen:
+		if in.State.InTrial() {
+			// Fully open means no trial.
+			return Decision{Write: WriteEndTrial, Reason: ReasonForceOpen, Message: "mode is ForceOpen: ending the trial, full Bypass"}
+		}
 		// A disarm holds here too: never fight a human. Re-arm with the
 		// annotation.
 		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
@@ -321,6 +336,9 @@ func decideAuto(in Input) Decision {
 		}
 		return d
 	}
+	if d, ok := decideTrial(in); ok {
+		return d
+	}
 	verdict := in.Health.Verdict
 	switch {
 	case verdict == probe.VerdictUnhealthy:
@@ -356,4 +374,24 @@ func decideOpen(in Input, reason, why string) Decision {
 		return Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Message: fmt.Sprintf("webhook already fails open (%s) without tripswitch; leaving it alone", in.Action)}
 	}
 	return Decision{Write: WriteOpen, Action: in.Action, Reason: reason, Message: why}
+}
+
+// decideTrial: an open circuit that closes through a half-open trial
+// starts, ends or passes the trial as its verdict says, and closes on
+// nothing else.
+func decideTrial(in Input) (Decision, bool) {
+	v := in.Trial
+	if v == nil || in.State.Record == nil {
+		return Decision{}, false
+	}
+	d := Decision{Reason: v.Reason, Message: v.Message, Trial: v}
+	switch v.Step {
+	case halfopen.Start:
+		d.Write = WriteTrial
+	case halfopen.Fail:
+		d.Write = WriteEndTrial
+	case halfopen.Pass, halfopen.NoTraffic:
+		d.Write = WriteClose
+	}
+	return d, true
 }

@@ -24,6 +24,7 @@ type Metrics struct {
 	audit       *prometheus.GaugeVec
 	deferred    prometheus.Counter
 	discarded   *prometheus.CounterVec
+	trials      *prometheus.CounterVec
 
 	// probeSeries caches each breaker's per-probe series (breaker name ->
 	// *probeSeries): a thousand probes a second look none up by label.
@@ -68,11 +69,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		discarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripswitch_probes_discarded_total", Help: "Probes counted as no evidence, by why: Starved (timed out while the controller could not run), Blocked (never reached the webhook: its connections were held by unanswered requests), Paced (waited for the controller's own limit on handshakes at once).",
 		}, []string{"reason"}),
+		trials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_trials_total", Help: "Half-open trials (spec.halfOpen), by outcome: started, passed, failed, no_traffic (closed on the probes after maxWait without enough calls to judge).",
+		}, []string{"breaker", "outcome"}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded} {
+	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -169,6 +173,13 @@ func (m *Metrics) transition(breaker string, w Write, reason string, openFor tim
 	}
 }
 
+// trial counts one half-open trial's outcome.
+func (m *Metrics) trial(breaker, outcome string) {
+	if m != nil {
+		m.trials.WithLabelValues(breaker, outcome).Inc()
+	}
+}
+
 // setAudit publishes the last audit's counts, every verdict included.
 func (m *Metrics) setAudit(breaker string, counts map[audit.Verdict]int) {
 	if m == nil {
@@ -206,4 +217,5 @@ func (m *Metrics) forget(breaker string) {
 	m.probeTime.DeletePartialMatch(labels)
 	m.probeLag.DeletePartialMatch(labels)
 	m.audit.DeletePartialMatch(labels)
+	m.trials.DeletePartialMatch(labels)
 }

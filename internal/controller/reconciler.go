@@ -27,6 +27,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -144,6 +145,7 @@ func (noAudits) Request(string)                                                 
 func (noSignals) Ensure(string, apisignal.Settings) error                                      { return nil }
 func (noSignals) Stop(string)                                                                  {}
 func (noSignals) Observe(string) (apisignal.Status, bool)                                      { return apisignal.Status{}, false }
+func (noSignals) Current(string) (apisignal.Status, bool)                                      { return apisignal.Status{}, false }
 func (noEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // setDefaults puts no-op collaborators where none was given.
@@ -271,6 +273,8 @@ type SignalSource interface {
 	Ensure(breaker string, s apisignal.Settings) error
 	Stop(breaker string)
 	Observe(breaker string) (apisignal.Status, bool)
+	// Current is the signal as of the last read: a trial is judged on it.
+	Current(breaker string) (apisignal.Status, bool)
 }
 
 // observed is what one reconcile read.
@@ -285,6 +289,8 @@ type observed struct {
 	ambiguous string
 	// conflict, when set, is the older breaker that owns the same webhook.
 	conflict string
+	// trialCalls are the API server's calls in a running half-open trial.
+	trialCalls halfopen.Calls
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
@@ -422,7 +428,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Nothing is probed, so nothing else triggers a look at the target.
 		return ctrl.Result{RequeueAfter: spec.Probe.Interval, Priority: new(0)}, nil
 	}
-	return ctrl.Result{RequeueAfter: resync, Priority: new(0)}, nil
+	return ctrl.Result{RequeueAfter: r.trialRecheck(d, resync), Priority: new(0)}, nil
 }
 
 // expectedRetry is how soon an expected race is retried.
@@ -514,6 +520,9 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 	if obs.signal != nil {
 		obs.ambiguous = r.signalAmbiguity(ctx, b)
 	}
+	if obs.state.InTrial() {
+		obs.trialCalls = r.trialCalls(b.Name, obs)
+	}
 	return obs, nil
 }
 
@@ -545,6 +554,9 @@ func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alp
 	}
 	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: circuit.MetricType(b.Spec.Target.Kind)},
 		Window: sig.Window, MinimumCalls: int(sig.MinimumCalls), FailureRateThreshold: float64(sig.FailureRateThreshold)}
+	if rec := obs.state.Record; rec != nil && rec.Trial != nil {
+		settings.From = rec.Trial.StartedAt.Time // a trial counts its own calls only
+	}
 	if err := r.Signals.Ensure(b.Name, settings); err != nil {
 		return &apisignal.Status{FailureRate: -1, Message: err.Error()}
 	}
@@ -586,6 +598,7 @@ func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 	if obs.cfg != nil && obs.cfg.Object.GetUID() == b.Status.TargetUID {
 		in.Mirror = b.Status.Record
 	}
+	in.Trial = r.trialVerdict(spec, obs)
 	return in
 }
 
@@ -707,6 +720,8 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		err = w.CloseAll(ctx, obs.cfg, recs)
 	case WriteDrop:
 		err = w.Drop(ctx, obs.cfg, webhook)
+	case WriteTrial, WriteEndTrial:
+		err = r.writeTrial(ctx, b, obs, d)
 	}
 	if err != nil {
 		return obs.state, err
@@ -717,7 +732,11 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	if d.Write != WriteOpen && obs.state.Record != nil {
 		openFor = r.Clock.Since(obs.state.Record.OpenedAt.Time)
 	}
+	if d.Write == WriteTrial || d.Write == WriteEndTrial {
+		openFor = 0 // the circuit stays open
+	}
 	r.Metrics.transition(b.Name, d.Write, d.Reason, openFor)
+	r.trialReported(b, d)
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	if d.Write == WriteClose {
 		// Should its status write be deferred, the window still closes with this reason and time.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -178,6 +180,7 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 		s.State = state
 		s.LastTransitionTime = &at
 	}
+	s.Trial = trialStatus(o, ours)
 	h := o.obs.health
 	s.Probe = v1alpha1.ProbeStatus{
 		ConsecutiveFailures:  h.ConsecutiveFailures,
@@ -207,9 +210,13 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	default:
 		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.obs))
 	}
-	if ours != nil {
+	switch {
+	case ours != nil && ours.Trial != nil:
+		set(ConditionCircuitOpen, true, halfopen.ReasonRunning, fmt.Sprintf("%s since %s: %s; a trial lets %s of requests reach the webhook under failurePolicy Ignore since %s",
+			ours.Action, ours.OpenedAt.UTC().Format(time.RFC3339), ours.Reason, ours.Trial.SamplePercent, ours.Trial.StartedAt.UTC().Format(time.RFC3339)))
+	case ours != nil:
 		set(ConditionCircuitOpen, true, ReasonCircuitOpen, string(ours.Action)+" since "+ours.OpenedAt.UTC().Format(time.RFC3339)+": "+ours.Reason)
-	} else {
+	default:
 		set(ConditionCircuitOpen, false, ReasonCircuitClosed, "tripswitch holds no change on the webhook")
 	}
 	if d.ExternalChange {

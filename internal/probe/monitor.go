@@ -52,6 +52,10 @@ type Observation struct {
 	// starved, explicit failures (refused, reset, TLS, 5xx) and the API
 	// server signal count as always; timeouts only once confirmed.
 	Starved bool
+	// HealthySince is when the verdict last became Healthy; zero while it
+	// is not (a half-open trial waits for the probes to have been healthy
+	// this long, and the counts saturate at the threshold).
+	HealthySince time.Time
 	// late and onTime count consecutive late and punctual probes.
 	late, onTime int
 	// starvedAt is when the last probe was discarded as starved.
@@ -257,6 +261,7 @@ func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval t
 		l.obs = observe(l.obs, r, s)
 		l.obs = lateness(l.obs, r.Lag, interval)
 		l.obs = starvation(l.obs, r, m.clock.Now())
+		l.obs = healthySince(prev, l.obs, m.clock.Now())
 		change := Compare(prev, l.obs)
 		m.mu.Unlock()
 		m.notify(key, r, change)
@@ -305,6 +310,17 @@ func starvation(o Observation, r Result, now time.Time) Observation {
 		o.starvedAt = now
 	}
 	o.Starved = !o.starvedAt.IsZero() && now.Sub(o.starvedAt) < starvedHold
+	return o
+}
+
+// healthySince keeps when the verdict became Healthy.
+func healthySince(prev, o Observation, now time.Time) Observation {
+	switch {
+	case o.Verdict != VerdictHealthy:
+		o.HealthySince = time.Time{}
+	case prev.Verdict != VerdictHealthy || o.HealthySince.IsZero():
+		o.HealthySince = now
+	}
 	return o
 }
 
