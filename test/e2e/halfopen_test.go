@@ -425,3 +425,89 @@ func TestTrialWithoutTrafficClosesOnTheProbes(t *testing.T) {
 		t.Errorf("after the close the configuration is not its original")
 	}
 }
+
+// last is the latest phase the watch saw.
+func (v *versions) last() phase {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.seen) == 0 {
+		return phase{}
+	}
+	return v.seen[len(v.seen)-1]
+}
+
+// TestKillNineThroughATrial: ten outages, each through open → a failed
+// trial → full Bypass → a passing trial → closed, with the controller
+// killed by SIGKILL at a random moment after each of those writes (before
+// it reports, or while it decides the next). Every version of the
+// configuration the API server shows is the original, or the original plus
+// exactly tripswitch's open or trial change with a record that says so;
+// every cycle converges to closed, and the configuration ends
+// byte-identical. The seed is logged (TRIPSWITCH_E2E_SEED replays it).
+func TestKillNineThroughATrial(t *testing.T) {
+	rng := seeded(t)
+	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	ctx := t.Context()
+	h := startRealCallsHook(t)
+	const name, webhook = "trial-kill", "kill.halfopen.tripswitch.e2e"
+	label := map[string]string{"tripswitch.e2e/trial": "kill"}
+	cfg := h.configuration(name, webhook, label)
+	if err := env.Client.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	original := cfg.DeepCopy()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := watchVersions(t, ctx, cs, name, original)
+	spec := v1alpha1.HalfOpenSpec{After: &metav1.Duration{Duration: 2 * time.Second}, Window: &metav1.Duration{Duration: 10 * time.Second},
+		SamplePercent: 100, MaxWait: &metav1.Duration{Duration: 30 * time.Second}, MaxBackoff: &metav1.Duration{Duration: 2 * time.Second}}
+	if err := env.Client.Create(ctx, trialBreaker(name, webhook, "/healthz", spec)); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := adminKubeconfig(t, env)
+	flags := []string{"--leader-elect=false", "--apiserver-signal-interval=1s"}
+	p := startController(t, kubeconfig, "initial", flags...)
+	traffic, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for i := 0; traffic.Err() == nil; i++ {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("kill-%d", i), Labels: label}}
+			_ = env.Client.Create(traffic, cm)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	restarts := 0
+	killAfter := func(cycle int, what string, want func(phase) bool) {
+		t.Helper()
+		eventually(t, 60*time.Second, fmt.Sprintf("cycle %d: %s", cycle, what), func(context.Context) (bool, error) {
+			got := seen.last()
+			return want(got), fmt.Errorf("last phase %+v", got)
+		})
+		time.Sleep(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+		p.kill()
+		restarts++
+		p = startController(t, kubeconfig, fmt.Sprintf("restart-%d", restarts), flags...)
+	}
+	for cycle := range 10 {
+		start := time.Now()
+		h.failCalls.Store(true)
+		killAfter(cycle, "open", func(p phase) bool { return p.name == "open" && p.failedTrials == 0 })
+		killAfter(cycle, "a trial", func(p phase) bool { return p.name == "trial" && p.failedTrials == 0 })
+		killAfter(cycle, "the failed trial back to Bypass", func(p phase) bool { return p.name == "open" && p.failedTrials >= 1 })
+		h.failCalls.Store(false)
+		killAfter(cycle, "a trial of the recovered webhook", func(p phase) bool { return p.name == "trial" && p.failedTrials >= 1 })
+		killAfter(cycle, "closed", func(p phase) bool { return p.name == "closed" })
+		t.Logf("cycle %d: open → trial → failed → trial → closed in %s, 5 kills", cycle, time.Since(start).Round(100*time.Millisecond))
+	}
+	stop()
+	seen.check(t)
+	var now admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &now); err != nil {
+		t.Fatal(err)
+	}
+	if mustJSON(now.Webhooks) != mustJSON(original.Webhooks) || mustJSON(now.Annotations) != mustJSON(original.Annotations) {
+		t.Errorf("after ten cycles the configuration is not its original:\n%s\n%v", mustJSON(now.Webhooks), now.Annotations)
+	}
+}
