@@ -9,6 +9,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -173,4 +174,51 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("released the finalizer with the circuit still open: %+v", in)
 		}
 	})
+}
+
+// TestDecideTrial: an open Bypass circuit that closes through a trial
+// writes what the trial's verdict says and closes on nothing else; an
+// administrator's edit during a trial is an external change like any other;
+// ForceOpen ends a running trial.
+func TestDecideTrial(t *testing.T) {
+	expr, _, err := circuit.SampleExpression(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trialRec := bypassRecord()
+	trialRec.Trial = &v1alpha1.TrialRecord{Expression: expr, SamplePercent: "6.25%", SetFailurePolicy: "Ignore"}
+	inTrial := circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore, circuit.MatchConditionName), Record: trialRec}
+	inTrial.Webhook.MatchConditions[0].Expression = expr
+	edited := inTrial
+	edited.Webhook = webhookWith(admissionregistrationv1.Fail, circuit.MatchConditionName)
+	edited.Webhook.MatchConditions[0].Expression = expr
+	verdict := func(s halfopen.Step) *halfopen.Verdict { return &halfopen.Verdict{Step: s, Reason: "Trial" + string(s)} }
+	for _, tc := range []struct {
+		name       string
+		in         Input
+		wantWrite  Write
+		wantReason string
+	}{
+		{"healthy, trial due", Input{State: openBypass, Health: up, Trial: verdict(halfopen.Start)}, WriteTrial, "TrialStart"},
+		{"healthy, waiting: never closes on the probes", Input{State: openBypass, Health: up, Trial: verdict(halfopen.Wait)}, WriteNone, "TrialWait"},
+		{"trial running", Input{State: inTrial, Health: up, Trial: verdict(halfopen.Run)}, WriteNone, "TrialRun"},
+		{"trial failed", Input{State: inTrial, Health: down, Trial: verdict(halfopen.Fail)}, WriteEndTrial, "TrialFail"},
+		{"trial passed", Input{State: inTrial, Health: up, Trial: verdict(halfopen.Pass)}, WriteClose, "TrialPass"},
+		{"no traffic", Input{State: inTrial, Health: up, Trial: verdict(halfopen.NoTraffic)}, WriteClose, "TrialNoTraffic"},
+		{"an administrator set Fail during the trial", Input{State: edited, Health: up, Trial: verdict(halfopen.Run)}, WriteDrop, ReasonExternalChange},
+		{"ForceOpen ends the trial", Input{Mode: v1alpha1.ModeForceOpen, State: inTrial, Health: up}, WriteEndTrial, ReasonForceOpen},
+		{"deleting closes from the trial", Input{Deleting: true, State: inTrial, Health: up, Trial: verdict(halfopen.Run)}, WriteClose, ReasonBreakerDeleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			if in.Mode == "" {
+				in.Mode = v1alpha1.ModeAuto
+			}
+			in.Action, in.BreakerUID, in.TargetFound = v1alpha1.OpenActionBypass, uid, true
+			d := Decide(in)
+			if d.Write != tc.wantWrite || d.Reason != tc.wantReason {
+				t.Errorf("Decide = %s/%s (%s), want %s/%s", d.Write, d.Reason, d.Message, tc.wantWrite, tc.wantReason)
+			}
+		})
+	}
 }
