@@ -192,7 +192,9 @@ func TestDecideTrial(t *testing.T) {
 	edited := inTrial
 	edited.Webhook = webhookWith(admissionregistrationv1.Fail, circuit.MatchConditionName)
 	edited.Webhook.MatchConditions[0].Expression = expr
-	verdict := func(s halfopen.Step) *halfopen.Verdict { return &halfopen.Verdict{Step: s, Reason: "Trial" + string(s)} }
+	verdict := func(s halfopen.Step) *halfopen.Verdict {
+		return &halfopen.Verdict{Step: s, Reason: "Trial" + string(s)}
+	}
 	for _, tc := range []struct {
 		name       string
 		in         Input

@@ -34,7 +34,7 @@ import (
 // healthy or not, and the API server's reviews on /validate as it is told:
 // failing (500) or allowing. It counts the reviews it gets.
 type realCallsHook struct {
-	url, ca          string
+	url              string
 	caPEM            []byte
 	failCalls        atomic.Bool
 	failQuietProbes  atomic.Bool
