@@ -286,8 +286,8 @@ func (pm *Permit) Done(o Outcome) {
 		if p.cfg.WindowType == TimeBased {
 			sec = b.second(p)
 		}
-		if o == Success && !slow && p.window.success(sec) {
-			return // a fast success that cannot raise a rate: no check
+		if !slow && (o == Success && p.window.success(sec) || o == Failure && p.window.failure(sec)) {
+			return // counted without a check: it cannot bring a rate to its threshold
 		}
 		b.record(p, sec, o, slow)
 	case HalfOpen:
@@ -358,10 +358,6 @@ func (b *Breaker) check(p *phase, c *counts) {
 	if c.failures == 0 && c.slow == 0 && p.state == Closed {
 		return // no rate can be above a threshold (both are > 0)
 	}
-	if c.lower && (c.calls < int64(p.cfg.MinimumNumberOfCalls) || !clearlyBelow(p.cfg, c)) {
-		// The bound cannot rule a crossing out: count the successes.
-		p.window.exact(c)
-	}
 	if p.state == Closed && clearlyBelow(p.cfg, c) {
 		return
 	}
@@ -380,9 +376,12 @@ func (b *Breaker) check(p *phase, c *counts) {
 // thresholds by more than rounding could move them. It decides nothing
 // else: near a threshold, rates and exceeded compare exactly.
 func clearlyBelow(cfg *Config, c *counts) bool {
-	const margin = 1 - 1e-9
-	return float64(c.failures)*100 < cfg.FailureRateThreshold*float64(c.calls)*margin &&
-		float64(c.slow)*100 < cfg.SlowCallRateThreshold*float64(c.slowCalls)*margin
+	return belowBy(cfg.FailureRateThreshold, cfg.SlowCallRateThreshold, c)
+}
+
+func belowBy(failure, slow float64, c *counts) bool {
+	return float64(c.failures)*100 < failure*float64(c.calls)*roundingMargin &&
+		float64(c.slow)*100 < slow*float64(c.slowCalls)*roundingMargin
 }
 
 // reportCrossings publishes a rate-exceeded event when a rate reaches its
@@ -619,7 +618,7 @@ func (b *Breaker) update(c Config) bool {
 	if kept {
 		next.since = cur.since
 		next.window = cur.window
-		next.window.setMin(int64(c.MinimumNumberOfCalls))
+		next.window.setLimits(&c)
 		next.failingSeen.Store(cur.failingSeen.Load())
 		next.slowSeen.Store(cur.slowSeen.Load())
 	}

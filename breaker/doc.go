@@ -27,22 +27,28 @@
 // window holds the minimum number of calls and no old outcomes have left it
 // since the last check. From then on a success is one atomic add to a
 // counter on its own core's cache line: no shared write, no global read, so
-// successes on different cores never contend. Failures and slow calls are
-// counted on a shared word and checked; the check first bounds the rate
-// with a recent total of the successes and sums the per-core counters only
-// when that bound cannot rule a crossing out. A COUNT_BASED window moves the
-// waiting successes into its ring, in one step under its mutex, when a
-// failure or slow call is recorded. A success that may complete the minimum,
-// or the first after a TIME_BASED window moved to a new second, is checked
-// like a failure.
+// successes on different cores never contend. A TIME_BASED window does the
+// same for a failure far from its threshold: each core holds a budget of
+// failures it may count on its own line without a check, granted (under the
+// window's mutex) only while the rate would stay below the threshold even
+// if every failure of every budget were counted with no more successes. A
+// failure beyond its core's budget, a slow call, and a second leaving the
+// window take the budgets back before they count, and the failure is then
+// checked on exact counts: near its threshold the window is checked after
+// every failure. A COUNT_BASED window checks every failure and slow call
+// under its mutex, moving the waiting successes into its ring first (a
+// failure's place among the calls decides when it leaves the window, and
+// no per-core tally keeps that order). A success that may complete the
+// minimum, or the first after a TIME_BASED window moved to a new second, is
+// checked like a failure.
 //
 // A TIME_BASED window starts a second when its first call of that second
 // arrives, on a process-wide clock refreshed every 50 ms: an outcome may be
-// counted in the previous second for that long. Counts are exact while a
-// window holds fewer than 2^31 failures or slow calls. The closed path
-// allocates nothing; a TIME_BASED window takes no lock except once a second,
-// and its memory is 32 bytes per second that had calls plus one cache line
-// per core, so a failure's cost does not depend on the window's length.
+// counted in the previous second for that long. The closed path allocates
+// nothing; a TIME_BASED window takes its mutex once a second and when a
+// core's failure budget runs out, and its memory is 32 bytes per second
+// that had calls plus one cache line per core, so a failure's cost does not
+// depend on the window's length.
 //
 // Every deadline (the open wait, the half-open maximum wait, the window's
 // seconds) is compared with a clock that the caller itself keeps current:

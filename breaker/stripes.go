@@ -60,3 +60,25 @@ func (s *stripes) sum() uint64 {
 	}
 	return t
 }
+
+// lane is one core's cache line of a time window: its fast successes, and
+// the failures it may still count without a check (see timeWindow).
+type lane struct {
+	good  atomic.Uint64
+	avail atomic.Int64
+	// granted is the failures the window let this lane count without a
+	// check, less what it took back; granted - avail of them were counted.
+	// Only the holder of the window's mutex touches it.
+	granted int64
+	_       [cacheLine - 24]byte
+}
+
+// newLanes returns one lane per P (rounded up to a power of two) and the
+// mask that picks a P's lane.
+func newLanes() ([]lane, int) {
+	n := 1
+	for n < runtime.GOMAXPROCS(0) {
+		n <<= 1
+	}
+	return make([]lane, n), n - 1
+}

@@ -8,8 +8,8 @@ import (
 	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
-// Successes are counted on per-core counters and failures on a shared
-// tally: once every call has returned, the window holds each of them
+// Successes are counted on per-core counters, failures on per-core budgets
+// or under a mutex: once every call has returned, the window holds each of them
 // exactly once, on either window type.
 func TestConcurrentOutcomesAreCountedExactly(t *testing.T) {
 	const goroutines, calls = 16, 5_000
