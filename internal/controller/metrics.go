@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/stall"
 )
@@ -147,8 +148,8 @@ func (m *Metrics) setOpen(breaker string, open bool) {
 // (which increase() and rate() cannot see).
 func (m *Metrics) initialise(breaker string) {
 	for _, wr := range [][2]string{
-		{string(WriteOpen), ReasonWebhookUnhealthy}, {string(WriteOpen), ReasonAPIServerFailing},
-		{string(WriteClose), ReasonWebhookRecovered}, {string(WriteDrop), ReasonExternalChange},
+		{string(policy.WriteOpen), policy.ReasonWebhookUnhealthy}, {string(policy.WriteOpen), policy.ReasonAPIServerFailing},
+		{string(policy.WriteClose), policy.ReasonWebhookRecovered}, {string(policy.WriteDrop), policy.ReasonExternalChange},
 	} {
 		m.transitions.WithLabelValues(breaker, wr[0], wr[1])
 	}
@@ -159,7 +160,7 @@ func (m *Metrics) initialise(breaker string) {
 	m.conflicts.WithLabelValues(breaker)
 }
 
-func (m *Metrics) transition(breaker string, w Write, reason string, openFor time.Duration) {
+func (m *Metrics) transition(breaker string, w policy.Write, reason string, openFor time.Duration) {
 	if m == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 // Package controller wires probe results to circuit decisions to writes,
-// status, events and metrics. The policy is the pure function Decide; the
-// Reconciler is the thin shell that reads, decides, writes once and reports.
+// status, events and metrics. The decision is internal/policy's pure
+// Decide; the Reconciler is the thin shell that reads, decides, writes once
+// and reports.
 package controller
 
 import (
@@ -27,14 +28,14 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/schedule"
 )
 
 const (
 	// Finalizer holds a breaker's deletion until its webhook is restored.
 	Finalizer = v1alpha1.Finalizer
-	// RearmAnnotation on a breaker re-arms it when its value changes.
-	RearmAnnotation = "tripswitch.dev/rearm"
 
 	// resync re-reads a breaker's target even when no probe reports.
 	resync = time.Minute
@@ -75,7 +76,7 @@ type Reconciler struct {
 	// Decisions, if set, counts the breakers queued for a decision; while
 	// more wait than its Workers, status writes that can wait do (see
 	// deferReport).
-	Decisions *Decisions
+	Decisions *schedule.Decisions
 	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
@@ -98,9 +99,6 @@ type Reconciler struct {
 	// each configuration (kind/name -> string), to tell whether its watch
 	// has caught up.
 	targetWritten sync.Map
-	// deferred: when each breaker's status write was first deferred
-	// (breaker name -> time.Time), to bound how long it waits.
-	deferred sync.Map
 	// targets serialises the writes to one webhook configuration: the
 	// breakers of its webhooks, opened by one outage, would otherwise race
 	// each other's patches and all but one be refused and retried.
@@ -273,25 +271,11 @@ type SignalSource interface {
 	Observe(breaker string) (apisignal.Status, bool)
 }
 
-// observed is what one reconcile read.
-type observed struct {
-	cfg         *circuit.Configuration // nil when the configuration is missing
-	notApproved string                 // tripswitch may not read it: what to change
-	state       circuit.State
-	health      probe.Observation
-	signal      *apisignal.Status // nil: the API server signal is off
-	// ambiguous, when set, says why the signal cannot be told apart from
-	// another webhook's: it may not open the circuit on its own.
-	ambiguous string
-	// conflict, when set, is the older breaker that owns the same webhook.
-	conflict string
-}
-
 // Reconcile reads a breaker and its target, decides, performs at most one
 // webhook write, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.setDefaults)
-	decision := r.Decisions.take(req.Name)
+	decision := r.Decisions.Take(req.Name)
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -300,9 +284,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Metrics.forget(req.Name)
 			r.written.Delete(req.Name)
 			r.closed.Delete(req.Name)
-			r.deferred.Delete(req.Name)
 			r.awaited.Delete(req.Name)
-			r.Decisions.forget(req.Name)
+			r.Decisions.Forget(req.Name)
 			r.Targets.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -343,13 +326,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The finalizer goes on once tripswitch may read the target, which is
 	// before it can write to it: a breaker it may not read holds nothing, and
 	// deleting it needs no controller.
-	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) && obs.notApproved == "" {
+	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) && obs.NotApproved == "" {
 		if err := r.patchFinalizer(ctx, &b, true); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was added; retrying", err)
 		}
 		return ctrl.Result{}, nil
 	}
-	if d.Write != WriteNone {
+	if d.Write != policy.WriteNone {
 		// Before a write, decide again, with the configuration's write lock
 		// held: one writer per configuration at a time (the breakers of its
 		// webhooks, opened by one outage, would otherwise race each other's
@@ -371,7 +354,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	if d.Disarm != "" && d.Write != WriteNone && b.Status.DisarmedReason != d.Disarm {
+	if d.Disarm != "" && d.Write != policy.WriteNone && b.Status.DisarmedReason != d.Disarm {
 		// Remember the disarm before acting on the configuration: once the
 		// record is dropped, only the status says that a human overrode
 		// tripswitch during this outage, and a controller killed between
@@ -381,7 +364,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	var others []companion
-	if d.Write == WriteOpen || d.Write == WriteClose {
+	if d.Write == policy.WriteOpen || d.Write == policy.WriteClose {
 		others = r.companions(ctx, &b, obs, d.Write)
 	}
 	after, writeErr := r.write(ctx, &b, obs, d, others)
@@ -389,10 +372,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Metrics.conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
-	o := outcome{in: in, d: d, obs: obs, after: after, writeErr: writeErr, now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
+	o := policy.Outcome{Input: in, Decision: d, Observed: obs, After: after, WriteErr: writeErr, Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
 	if v, ok := r.closed.Load(b.Name); ok {
-		note := v.(closedNote)
-		o.closedBy = &note
+		note := v.(policy.ClosedNote)
+		o.ClosedBy = &note
 	}
 	deferred, err := r.report(ctx, &b, o)
 	if err != nil {
@@ -400,7 +383,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if deferred {
 		// Decisions are waiting: this status goes after them.
-		return ctrl.Result{RequeueAfter: reportDelay, Priority: new(priorityReport)}, nil
+		return ctrl.Result{RequeueAfter: schedule.ReportDelay, Priority: new(schedule.PriorityReport)}, nil
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
@@ -411,14 +394,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if d.ReleaseFinalizer && writeErr == nil {
 		r.Health.Stop(b.Name)
 		r.Targets.Forget(b.Name)
-		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
+		r.event(&b, "Normal", policy.ReasonFinalizerReleased, "Delete", d.Message)
 		if err := r.patchFinalizer(ctx, &b, false); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
 		}
 		return ctrl.Result{}, nil
 	}
 	// Looks again later are routine (priority 0), whatever brought this one.
-	if obs.cfg == nil || deleting {
+	if obs.Config == nil || deleting {
 		// Nothing is probed, so nothing else triggers a look at the target.
 		return ctrl.Result{RequeueAfter: spec.Probe.Interval, Priority: new(0)}, nil
 	}
@@ -446,24 +429,24 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 
 // decide is one step of reading and deciding: observe, gather the input,
 // Decide. fresh reads the target from the API server rather than its watch.
-func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, Input, Decision, error) {
+func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (policy.Observed, policy.Input, policy.Decision, error) {
 	obs, err := r.observe(ctx, b, spec, deleting, fresh)
 	if err != nil {
-		return obs, Input{}, Decision{}, err
+		return obs, policy.Input{}, policy.Decision{}, err
 	}
-	in := r.input(b, spec, obs, deleting)
-	return obs, in, Decide(in), nil
+	in := policy.NewInput(b, spec, obs)
+	return obs, in, policy.Decide(in), nil
 }
 
 // observe reads the target, from its watch when it has synced (and fresh
 // is false) or from the API server, and the health the monitor and the API
 // server signal have gathered.
-func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, error) {
-	var obs observed
+func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (policy.Observed, error) {
+	var obs policy.Observed
 	if winner, err := r.conflictWinner(ctx, b); err != nil {
 		return obs, err
 	} else {
-		obs.conflict = winner
+		obs.Conflict = winner
 	}
 	t := b.Spec.Target
 	var obj client.Object
@@ -478,8 +461,8 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		}
 		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 		if apierrors.IsForbidden(err) {
-			obs.notApproved = r.notApproved(ctx, t)
-			obs.state = circuit.State{Index: -1}
+			obs.NotApproved = r.notApproved(ctx, t)
+			obs.State = circuit.State{Index: -1}
 			return obs, nil
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -488,18 +471,18 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		found = err == nil
 	}
 	if !found {
-		obs.state = circuit.State{Index: -1}
+		obs.State = circuit.State{Index: -1}
 		return obs, nil
 	}
 	var err error
-	if obs.cfg, err = circuit.View(obj); err != nil {
+	if obs.Config, err = circuit.View(obj); err != nil {
 		return obs, err
 	}
-	obs.state = circuit.Inspect(obs.cfg, b.Spec.Target.WebhookName)
-	if obs.state.Index >= 0 && !deleting {
-		settings := probeSettings(spec.Probe, obs.state.Webhook)
+	obs.State = circuit.Inspect(obs.Config, b.Spec.Target.WebhookName)
+	if obs.State.Index >= 0 && !deleting {
+		settings := probeSettings(spec.Probe, obs.State.Webhook)
 		if spec.Probe.Endpoints {
-			if svc := obs.state.Webhook.ClientConfig.Service; svc != nil {
+			if svc := obs.State.Webhook.ClientConfig.Service; svc != nil {
 				eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
 				settings.Target.Endpoints = eps
 				if err != nil {
@@ -509,10 +492,10 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		}
 		r.Health.Ensure(b.Name, settings)
 	}
-	obs.health, _ = r.Health.Observe(b.Name)
-	obs.signal = r.observeSignal(b, spec, obs, deleting)
-	if obs.signal != nil {
-		obs.ambiguous = r.signalAmbiguity(ctx, b)
+	obs.Health, _ = r.Health.Observe(b.Name)
+	obs.Signal = r.observeSignal(b, spec, obs, deleting)
+	if obs.Signal != nil {
+		obs.Ambiguous = r.signalAmbiguity(ctx, b)
 	}
 	return obs, nil
 }
@@ -537,9 +520,9 @@ func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCir
 }
 
 // observeSignal keeps the API server signal of a breaker that enabled it.
-func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) *apisignal.Status {
+func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs policy.Observed, deleting bool) *apisignal.Status {
 	sig := spec.Signal
-	if sig == nil || deleting || obs.state.Index < 0 {
+	if sig == nil || deleting || obs.State.Index < 0 {
 		r.Signals.Stop(b.Name)
 		return nil
 	}
@@ -555,55 +538,11 @@ func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alp
 	return &st
 }
 
-func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) Input {
-	verdict := obs.health.Verdict
-	if verdict == "" {
-		verdict = probe.VerdictPending // no probe yet
-	}
-	in := Input{
-		Mode:        spec.Mode,
-		Action:      spec.Action,
-		BreakerUID:  b.UID,
-		Deleting:    deleting,
-		TargetFound: obs.cfg != nil && obs.state.Index >= 0,
-		State:       obs.state,
-		Health: Health{
-			Verdict:  verdict,
-			Failures: obs.health.ConsecutiveFailures, Successes: obs.health.ConsecutiveSuccesses,
-			LastReason: obs.health.Last.Reason,
-		},
-		ProbeUnknown:     obs.health.Last.Status == probe.Unknown,
-		APIServerFailing: obs.signal != nil && obs.signal.Failing && obs.ambiguous == "",
-		ProbeReason:      obs.health.Last.Reason,
-		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
-		NotApproved:      obs.notApproved,
-		EverRead:         b.Status.TargetUID != "",
-		ConflictWinner:   obs.conflict,
-	}
-	if in.APIServerFailing {
-		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
-	}
-	if obs.cfg != nil && obs.cfg.Object.GetUID() == b.Status.TargetUID {
-		in.Mirror = b.Status.Record
-	}
-	return in
-}
-
-// closedNote is a circuit this process closed whose breaker's status does
-// not show it yet (a companion closed in another breaker's patch, or a
-// status write deferred): the record's openedAt, the breaker's own reason,
-// and when.
-type closedNote struct {
-	openedAt metav1.Time
-	reason   string
-	at       metav1.Time
-}
-
 // companion is another breaker of the same configuration whose circuit
 // opens (or closes) in the same patch.
 type companion struct {
 	b     *v1alpha1.WebhookCircuitBreaker
-	d     Decision
+	d     policy.Decision
 	state circuit.State // its webhook as read
 }
 
@@ -617,9 +556,9 @@ type companion struct {
 // instead of each in turn behind the lock. A breaker its own reconcile
 // would not write now, or could not (no finalizer yet, being deleted, a
 // Bypass that cannot apply, a change no longer intact), is left to it.
-func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, write Write) []companion {
+func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs policy.Observed, write policy.Write) []companion {
 	t := b.Spec.Target
-	if obs.cfg == nil {
+	if obs.Config == nil {
 		return nil
 	}
 	var out []companion
@@ -641,62 +580,62 @@ func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitB
 			!o.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(o, Finalizer) {
 			continue
 		}
-		obsO := observed{cfg: obs.cfg, state: circuit.Inspect(obs.cfg, ot.WebhookName)}
-		if obsO.state.Index < 0 {
+		obsO := policy.Observed{Config: obs.Config, State: circuit.Inspect(obs.Config, ot.WebhookName)}
+		if obsO.State.Index < 0 {
 			continue
 		}
 		if w, err := r.conflictWinner(ctx, o); err != nil || w != "" {
 			continue // conflicted: never opened, in its own patch or another's
 		}
 		var ok bool
-		if obsO.health, ok = r.Health.Observe(o.Name); !ok {
+		if obsO.Health, ok = r.Health.Observe(o.Name); !ok {
 			continue
 		}
 		spec := o.Spec.Resolve()
-		if write == WriteClose && spec.Signal != nil {
+		if write == policy.WriteClose && spec.Signal != nil {
 			continue // its signal may still hold it open
 		}
-		d := Decide(r.input(o, spec, obsO, false))
+		d := policy.Decide(policy.NewInput(o, spec, obsO))
 		if d.Write != write {
 			continue
 		}
 		var err error
-		if write == WriteOpen {
-			_, _, err = circuit.OpenPatch(obs.cfg, ot.WebhookName, v1alpha1.CircuitRecord{Breaker: o.Name, BreakerUID: o.UID, Action: d.Action})
+		if write == policy.WriteOpen {
+			_, _, err = circuit.OpenPatch(obs.Config, ot.WebhookName, v1alpha1.CircuitRecord{Breaker: o.Name, BreakerUID: o.UID, Action: d.Action})
 		} else {
-			_, err = circuit.ClosePatch(obs.cfg, ot.WebhookName, obsO.state.Record)
+			_, err = circuit.ClosePatch(obs.Config, ot.WebhookName, obsO.State.Record)
 		}
 		if err != nil {
 			continue
 		}
-		out = append(out, companion{b: o, d: d, state: obsO.state})
+		out = append(out, companion{b: o, d: d, state: obsO.State})
 	}
 	return out
 }
 
 // write performs the decision's one write and returns the state it left.
 // An open also opens the companions' circuits, in the same patch.
-func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, d Decision, others []companion) (circuit.State, error) {
-	if d.Write == WriteNone {
-		return obs.state, nil
+func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs policy.Observed, d policy.Decision, others []companion) (circuit.State, error) {
+	if d.Write == policy.WriteNone {
+		return obs.State, nil
 	}
 	w := circuit.Writer{Client: r.Client}
 	webhook := b.Spec.Target.WebhookName
 	var err error
 	switch d.Write {
-	case WriteOpen:
+	case policy.WriteOpen:
 		at := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 		recs := []v1alpha1.CircuitRecord{{Webhook: webhook, Breaker: b.Name, BreakerUID: b.UID, Action: d.Action, OpenedAt: at, Reason: d.Message}}
 		for _, c := range others {
 			recs = append(recs, v1alpha1.CircuitRecord{Webhook: c.b.Spec.Target.WebhookName, Breaker: c.b.Name, BreakerUID: c.b.UID,
 				Action: c.d.Action, OpenedAt: at, Reason: c.d.Message})
 		}
-		_, err = w.OpenAll(ctx, obs.cfg, recs)
-	case WriteClose:
-		if obs.state.Record == nil {
-			return obs.state, fmt.Errorf("close webhook %s: no record", webhook)
+		_, err = w.OpenAll(ctx, obs.Config, recs)
+	case policy.WriteClose:
+		if obs.State.Record == nil {
+			return obs.State, fmt.Errorf("close webhook %s: no record", webhook)
 		}
-		own := *obs.state.Record
+		own := *obs.State.Record
 		own.Webhook = webhook
 		recs := []v1alpha1.CircuitRecord{own}
 		for _, c := range others {
@@ -704,46 +643,46 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 			rec.Webhook = c.b.Spec.Target.WebhookName
 			recs = append(recs, rec)
 		}
-		err = w.CloseAll(ctx, obs.cfg, recs)
-	case WriteDrop:
-		err = w.Drop(ctx, obs.cfg, webhook)
+		err = w.CloseAll(ctx, obs.Config, recs)
+	case policy.WriteDrop:
+		err = w.Drop(ctx, obs.Config, webhook)
 	}
 	if err != nil {
-		return obs.state, err
+		return obs.State, err
 	}
-	r.targetWritten.Store(string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, obs.cfg.Object.GetResourceVersion())
-	after := circuit.Inspect(obs.cfg, webhook)
+	r.targetWritten.Store(string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, obs.Config.Object.GetResourceVersion())
+	after := circuit.Inspect(obs.Config, webhook)
 	var openFor time.Duration
-	if d.Write != WriteOpen && obs.state.Record != nil {
-		openFor = r.Clock.Since(obs.state.Record.OpenedAt.Time)
+	if d.Write != policy.WriteOpen && obs.State.Record != nil {
+		openFor = r.Clock.Since(obs.State.Record.OpenedAt.Time)
 	}
 	r.Metrics.transition(b.Name, d.Write, d.Reason, openFor)
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-	if d.Write == WriteClose {
+	if d.Write == policy.WriteClose {
 		// Should its status write be deferred, the window still closes with this reason and time.
-		r.closed.Store(b.Name, closedNote{openedAt: obs.state.Record.OpenedAt, reason: d.Reason, at: now})
+		r.closed.Store(b.Name, policy.ClosedNote{OpenedAt: obs.State.Record.OpenedAt, Reason: d.Reason, At: now})
 	}
 	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
 	switch d.Write {
-	case WriteOpen:
+	case policy.WriteOpen:
 		// Requests are now admitted without this webhook: a Warning.
 		r.event(b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, d.Action, webhook, d.Message)
-	case WriteClose:
+	case policy.WriteClose:
 		r.event(b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s: %s", d.Reason, webhook, d.Message)
 	}
 	for _, c := range others {
 		cw := c.b.Spec.Target.WebhookName
 		var openFor time.Duration
-		if d.Write == WriteClose {
+		if d.Write == policy.WriteClose {
 			openFor = r.Clock.Since(c.state.Record.OpenedAt.Time)
 		}
 		r.Metrics.transition(c.b.Name, d.Write, c.d.Reason, openFor)
-		if d.Write == WriteClose {
-			r.closed.Store(c.b.Name, closedNote{openedAt: c.state.Record.OpenedAt, reason: c.d.Reason, at: now})
+		if d.Write == policy.WriteClose {
+			r.closed.Store(c.b.Name, policy.ClosedNote{OpenedAt: c.state.Record.OpenedAt, Reason: c.d.Reason, At: now})
 		}
 		log.FromContext(ctx).Info("wrote a companion's circuit in the same patch", "write", d.Write, "companion", c.b.Name,
 			"companionWebhook", cw, "reason", c.d.Reason, "message", c.d.Message)
-		if d.Write == WriteOpen {
+		if d.Write == policy.WriteOpen {
 			r.event(c.b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s (in %s's patch): %s", c.d.Reason, c.d.Action, cw, b.Name, c.d.Message)
 		} else {
 			r.event(c.b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s (in %s's patch): %s", c.d.Reason, cw, b.Name, c.d.Message)
@@ -789,37 +728,31 @@ func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircu
 	return nil
 }
 
-func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
-	v := b.Annotations[RearmAnnotation]
-	return v != "" && v != b.Status.ObservedRearm
-}
-
 // report writes the status if it changed, and emits events for refusals the
 // first time they happen; deferred when the write waits for decisions (see
 // deferReport).
-func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o outcome) (deferred bool, err error) {
-	d := o.d
-	status := computeStatus(b, o)
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (deferred bool, err error) {
+	d := o.Decision
+	status := policy.NextStatus(b, o)
 	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
-	r.Decisions.setOpen(b.Name, status.State == v1alpha1.StateOpen)
+	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	if r.deferReport(b, o, status) {
 		r.Metrics.deferredReport()
 		return true, nil
 	}
-	r.deferred.Delete(b.Name)
 	r.emitConditionEvents(b, status)
 	if d.Refused {
 		// A refusal that leaves the breaker Ready: report it once, when it starts.
-		if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); prev == nil || prev.Reason != d.Reason {
+		if prev := meta.FindStatusCondition(b.Status.Conditions, policy.ConditionReady); prev == nil || prev.Reason != d.Reason {
 			r.event(b, "Normal", d.Reason, "Refuse", "%s", d.Message)
 		}
 	}
 	if status.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {
-		r.event(b, "Warning", ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
+		r.event(b, "Warning", policy.ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
 			b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, status.TargetUID, b.Status.TargetUID)
 	}
-	if rearmRequested(b) {
-		r.event(b, "Normal", ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", RearmAnnotation, b.Annotations[RearmAnnotation])
+	if policy.RearmRequested(b) {
+		r.event(b, "Normal", policy.ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", policy.RearmAnnotation, b.Annotations[policy.RearmAnnotation])
 	}
 	if equality.Semantic.DeepEqual(status, b.Status) {
 		r.forgetClosed(b.Name, status)
@@ -838,150 +771,64 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 // forgetClosed drops breaker's closedNote once status shows the window closed.
 func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
 	if v, ok := r.closed.Load(breaker); ok {
-		n := v.(closedNote)
-		if status.Record == nil || !status.Record.OpenedAt.Equal(&n.openedAt) {
+		n := v.(policy.ClosedNote)
+		if status.Record == nil || !status.Record.OpenedAt.Equal(&n.OpenedAt) {
 			r.closed.Delete(breaker)
 		}
 	}
 }
 
-// reportDelay is how soon a deferred status write is looked at again; it
-// runs then only if no decision is queued (it is queued at priorityReport).
-const reportDelay = 100 * time.Millisecond
-
-// maxReportDelay bounds how long a breaker's status write is deferred.
-const maxReportDelay = 30 * time.Second
-
 // deferReport reports whether b's status write waits because more breakers
 // are queued for decisions than the workers serve at once: in a storm
-// (every webhook failing at once) the writes that open and close circuits go
-// first, and the status of each breaker follows when they are done. Only a write that loses nothing by
-// waiting is deferred: the circuit's truth is its record on the
-// configuration, written already, and the status mirrors it later (with the
-// record's times, and a close's reason kept in memory); a decision that
-// must be remembered in the status (a disarm or re-arm, an external change,
-// a refusal, a failed write, a recreated target) is written at once, as
-// is any status deferred for maxReportDelay.
-func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
-	d := o.d
-	if !r.Decisions.backlog() || d.Disarm != "" || d.Rearm || d.ExternalChange || d.Refused || d.ReleaseFinalizer ||
-		o.writeErr != nil || rearmRequested(b) || o.obs.notApproved != "" || status.TargetUID != b.Status.TargetUID ||
-		equality.Semantic.DeepEqual(status, b.Status) {
-		return false
+// (every webhook failing at once) the writes that open and close circuits
+// go first, and the status of each breaker follows when they are done (see
+// canWait for which do).
+func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
+	if canWait(b, o, status) && r.Decisions.Defer(b.Name, r.Clock.Now()) {
+		return true
 	}
-	now := r.Clock.Now()
-	first, _ := r.deferred.LoadOrStore(b.Name, now)
-	return now.Sub(first.(time.Time)) < maxReportDelay
+	r.Decisions.Reported(b.Name)
+	return false
 }
 
-// Decisions counts the breakers queued because a probe verdict may make
-// them write: an Unhealthy verdict (it may open the circuit), or a Healthy
-// one while the breaker holds its circuit open (it may close it). A Healthy
-// verdict on a closed circuit writes nothing but a status: a thousand new
-// breakers turning healthy are no storm. The zero value is ready; a nil
-// *Decisions counts none.
-type Decisions struct {
-	// Workers is how many reconciles run at once: status writes wait only
-	// while more decisions are queued than that, when a decision would
-	// otherwise wait for a worker. Zero: while any is queued.
-	Workers int
-
-	mu      sync.Mutex
-	waiting map[string]struct{}
-	open    map[string]bool // breakers whose last reconcile left their circuit open
+// canWait reports whether b's status write loses nothing by waiting: the
+// circuit's truth is its record on the configuration, written already, and
+// the status mirrors it later (with the record's times, and a close's
+// reason kept in memory); a decision that must be remembered in the status
+// (a disarm or re-arm, an external change, a refusal, a failed write, a
+// recreated target) is written at once.
+func canWait(b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
+	d := o.Decision
+	return d.Disarm == "" && !d.Rearm && !d.ExternalChange && !d.Refused && !d.ReleaseFinalizer &&
+		o.WriteErr == nil && !policy.RearmRequested(b) && o.Observed.NotApproved == "" && status.TargetUID == b.Status.TargetUID &&
+		!equality.Semantic.DeepEqual(status, b.Status)
 }
-
-// Verdict records a probe verdict of breaker reaching its threshold, and
-// reports whether it is queued as a decision (see Decisions).
-func (q *Decisions) Verdict(breaker string, unhealthy bool) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !unhealthy && !q.open[breaker] {
-		return false
-	}
-	if q.waiting == nil {
-		q.waiting = map[string]struct{}{}
-	}
-	q.waiting[breaker] = struct{}{}
-	return true
-}
-
-// setOpen records whether breaker's circuit is open.
-func (q *Decisions) setOpen(breaker string, open bool) {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.open == nil {
-		q.open = map[string]bool{}
-	}
-	if open {
-		q.open[breaker] = true
-	} else {
-		delete(q.open, breaker)
-	}
-}
-
-// forget drops a deleted breaker.
-func (q *Decisions) forget(breaker string) {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.waiting, breaker)
-	delete(q.open, breaker)
-}
-
-// backlog reports whether more decisions wait than there are workers.
-func (q *Decisions) backlog() bool {
-	if q == nil {
-		return false
-	}
-	return q.Waiting() > q.Workers
-}
-
-// take records that breaker's reconcile has started, and reports whether
-// it was queued as a decision.
-func (q *Decisions) take(breaker string) bool {
-	if q == nil {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, ok := q.waiting[breaker]
-	delete(q.waiting, breaker)
-	return ok
-}
-
-// Waiting is how many breakers are queued for a decision whose reconcile
-// has not started.
-func (q *Decisions) Waiting() int {
-	if q == nil {
-		return 0
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiting)
-}
-
-func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotBypass) }
 
 // emitConditionEvents reports refusals and findings once, when their condition
 // first turns up, not on every reconcile. A disarm is one of them: Ready turns
 // False with reason Disarmed and the message says how it re-arms.
 func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved} {
+	for _, typ := range []string{policy.ConditionReady, policy.ConditionTargetFound, policy.ConditionExternalChange, policy.ConditionProbeUnsupported, policy.ConditionAPIServerSignal, policy.ConditionControllerStarved} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue
 		}
 		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal)
+		bad := (c.Status == metav1.ConditionFalse) == (typ == policy.ConditionReady || typ == policy.ConditionTargetFound || typ == policy.ConditionAPIServerSignal)
 		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
 			continue
 		}
 		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
+	}
+}
+
+// probeSettings are the monitor's settings for the breaker's webhook w.
+func probeSettings(p v1alpha1.ResolvedProbe, w circuit.Webhook) probe.Settings {
+	return probe.Settings{
+		Target: probe.Target{
+			ClientConfig: w.ClientConfig, Kind: p.Kind, HealthPath: p.HealthPath,
+			Timeout: p.Timeout, ReviewVersions: w.ReviewVersions, EndpointMode: p.Endpoints,
+		},
+		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 	}
 }

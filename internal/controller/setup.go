@@ -3,23 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -27,6 +18,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/schedule"
 	"github.com/tripswitch-dev/tripswitch/internal/stall"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
@@ -61,51 +53,6 @@ type Options struct {
 	Stalls *stall.Watch
 }
 
-// queueRef hands the controller's workqueue, once it starts, to the probe
-// monitor and the target watches: they add breakers to it directly, so no
-// notification is ever dropped (with reconciles only on change, a dropped
-// one would not come again) and a breaker queued twice is reconciled once.
-type queueRef struct {
-	mu sync.Mutex
-	q  workqueue.TypedRateLimitingInterface[reconcile.Request]
-}
-
-func (r *queueRef) start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	r.mu.Lock()
-	r.q = q
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *queueRef) add(breaker string) { r.addAt(breaker, 0) }
-
-// addAt queues breaker at priority p: controller-runtime's queue serves
-// higher priorities first, and raises an item queued lower (FIFO within a
-// priority).
-func (r *queueRef) addAt(breaker string, p int) {
-	r.mu.Lock()
-	q := r.q
-	r.mu.Unlock()
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: breaker}}
-	switch pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); {
-	case ok:
-		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, req)
-	case q != nil:
-		q.Add(req)
-	}
-}
-
-// The queue priorities of a breaker's reconciles. Watch events and
-// resyncs are 0.
-const (
-	// priorityDecision: a probe verdict reached a threshold, so the
-	// reconcile may open or close a circuit.
-	priorityDecision = 100
-	// priorityReport: only the status is behind (a deferred status write, or
-	// a probe change no decision acts on).
-	priorityReport = handler.LowPriority
-)
-
 // Setup adds the probe monitor and the breaker controller to mgr. Both run
 // only on the elected leader.
 func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
@@ -125,9 +72,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	queue := &queueRef{}
-	enqueue := queue.add
-	decisions := &Decisions{Workers: opts.MaxConcurrentReconciles}
+	queue := &schedule.Queue{}
+	enqueue := queue.Add
+	decisions := &schedule.Decisions{Workers: opts.MaxConcurrentReconciles}
 	// Every probe is measured; only a probe that changed something is
 	// reconciled, so steady breakers cost no reconciles and no API requests.
 	// A verdict that may open or close a circuit goes first: when every
@@ -137,10 +84,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		metrics.ObserveProbe(key, res)
 		switch c {
 		case probe.DecisionChange:
-			decisions.Verdict(key, res.Status == probe.Unhealthy)
-			queue.addAt(key, priorityDecision)
+			decisions.Record(key, res.Status == probe.Unhealthy)
+			queue.AddAt(key, schedule.PriorityDecision)
 		case probe.ReportChange:
-			queue.addAt(key, priorityReport)
+			queue.AddAt(key, schedule.PriorityReport)
 		}
 	})
 	if opts.Stalls == nil {
@@ -173,7 +120,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := mgr.Add(targets); err != nil {
 		return nil, fmt.Errorf("add target watches: %w", err)
 	}
-	recorder, err := boundedRecorder(mgr, cs)
+	recorder, err := schedule.EventRecorder(mgr, cs)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +167,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	err = r.watchPeers(ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.WebhookCircuitBreaker{})).
-		WatchesRawSource(source.Func(queue.start)).
+		WatchesRawSource(source.Func(queue.Start)).
 		// The priority queue (controller-runtime's default, asked for
 		// explicitly because decisions depend on it) serves decisions first.
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: new(true)}).
@@ -230,55 +177,4 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		return nil, fmt.Errorf("build controller: %w", err)
 	}
 	return r, nil
-}
-
-// eventConcurrency is how many events are sent to the API server at once.
-const eventConcurrency = 4
-
-// boundedRecorder returns the breakers' event recorder. The events.k8s.io
-// broadcaster sends every event from a goroutine of its own, so the
-// thousand CircuitOpened events of a storm would all compete at once with
-// the patches that open the circuits; here at most eventConcurrency are in
-// flight, and the rest follow as they finish (none is dropped).
-func boundedRecorder(mgr ctrl.Manager, cs kubernetes.Interface) (events.EventRecorder, error) {
-	b := events.NewBroadcaster(&boundedSink{
-		sink:  &events.EventSinkImpl{Interface: cs.EventsV1()},
-		slots: make(chan struct{}, eventConcurrency),
-	})
-	err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
-			return fmt.Errorf("start recording events: %w", err)
-		}
-		<-ctx.Done()
-		b.Shutdown()
-		return nil
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("add event broadcaster: %w", err)
-	}
-	return b.NewRecorder(mgr.GetScheme(), "tripswitch"), nil
-}
-
-// boundedSink sends at most cap(slots) events at a time.
-type boundedSink struct {
-	sink  events.EventSink
-	slots chan struct{}
-}
-
-func (s *boundedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	s.slots <- struct{}{}
-	defer func() { <-s.slots }()
-	return s.sink.Create(ctx, e)
-}
-
-func (s *boundedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	s.slots <- struct{}{}
-	defer func() { <-s.slots }()
-	return s.sink.Update(ctx, e)
-}
-
-func (s *boundedSink) Patch(ctx context.Context, old *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	s.slots <- struct{}{}
-	defer func() { <-s.slots }()
-	return s.sink.Patch(ctx, old, data)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -220,7 +221,7 @@ func (c *checker) conflict(b *v1alpha1.WebhookCircuitBreaker, add addFunc) {
 			names = append(names, o.Name)
 		}
 	}
-	switch winner := controller.Winner(b, peers); {
+	switch winner := policy.Winner(b, peers); {
 	case len(peers) == 0:
 		add(CheckConflict, OK, "no other breaker names this webhook")
 	case winner != "":
