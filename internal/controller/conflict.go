@@ -26,30 +26,22 @@ import (
 // breaker naming a webhook is reconciled again when another breaker naming
 // it is created or deleted.
 
-// TargetIndexField indexes breakers by TargetKey in the manager's cache
+// TargetIndexField indexes breakers by Target.Key in the manager's cache
 // (Setup registers it with IndexTarget).
 const TargetIndexField = "spec.target.key"
 
-// TargetKey is the one string that names a breaker's webhook: kind,
-// configuration and webhook name.
-func TargetKey(t v1alpha1.Target) string {
-	return string(t.Kind) + "/" + t.ConfigurationName + "/" + t.WebhookName
-}
-
-// WebhookIndexField indexes breakers by SignalKey: the API server counts a
+// WebhookIndexField indexes breakers by Target.SignalKey: the API server counts a
 // webhook's calls by name and type, whatever its configuration.
 const WebhookIndexField = "spec.target.webhook"
 
-// SignalKey names what the API server signal counts: a webhook's type and
-// name, across configurations.
-func SignalKey(t v1alpha1.Target) string {
-	return string(t.Kind) + "/" + t.WebhookName
-}
+// indexKeys are the breaker indexes and the key each one files a breaker
+// under.
+var indexKeys = map[string]func(v1alpha1.Target) string{TargetIndexField: v1alpha1.Target.Key, WebhookIndexField: v1alpha1.Target.SignalKey}
 
 // IndexTarget registers TargetIndexField and WebhookIndexField with the
 // manager's cache.
 func IndexTarget(ctx context.Context, mgr ctrl.Manager) error {
-	for field, key := range map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey} {
+	for field, key := range indexKeys {
 		err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebhookCircuitBreaker{}, field, func(o client.Object) []string {
 			b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
 			if !ok {
@@ -75,7 +67,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 		if !ok {
 			return nil
 		}
-		list, err := r.named(ctx, WebhookIndexField, SignalKey(b.Spec.Target))
+		list, err := r.named(ctx, WebhookIndexField, b.Spec.Target.SignalKey())
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "list the breakers naming the same webhook", "breaker", b.Name)
 			return nil
@@ -102,7 +94,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 
 // peers are the other breakers that name b's webhook.
 func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	list, err := r.named(ctx, TargetIndexField, TargetKey(b.Spec.Target))
+	list, err := r.named(ctx, TargetIndexField, b.Spec.Target.Key())
 	out := list[:0]
 	for _, p := range list {
 		if p.Name != b.Name {
@@ -116,7 +108,7 @@ func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 // WebhookIndexField) is key: through the cache's index when it has one,
 // else by listing every breaker.
 func (r *Reconciler) named(ctx context.Context, field, key string) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	of := map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey}[field]
+	of := indexKeys[field]
 	var list v1alpha1.WebhookCircuitBreakerList
 	var err error
 	if r.TargetIndexed {

@@ -86,23 +86,12 @@ type Reconciler struct {
 	// (approval.go).
 	approvals sync.Map
 
-	once    sync.Once
-	written sync.Map // breaker name -> version: this controller's last write to it
-	// closed notes the circuits this process closed as companions in
-	// another breaker's patch (breaker name -> closedNote), so that their
-	// windows close with the recovery's reason, not as closed externally.
-	closed sync.Map
-	// awaited: the breakers that have waited once for their
-	// configuration's watch to list (see awaitWatch).
-	awaited sync.Map
-	// targetWritten: the resourceVersion of this process's last write to
-	// each configuration (kind/name -> string), to tell whether its watch
-	// has caught up.
-	targetWritten sync.Map
-	// targets serialises the writes to one webhook configuration: the
-	// breakers of its webhooks, opened by one outage, would otherwise race
-	// each other's patches and all but one be refused and retried.
-	targets sync.Map // kind/name -> *sync.Mutex
+	once sync.Once
+	// memory is what this process remembers of each breaker (memory.go).
+	memory memories
+	// configs is what it remembers of each target configuration: its
+	// write lock, and its own last write to it (memory.go).
+	configs sync.Map // kind/name -> *configMemory
 }
 
 // TargetSource serves reads of target configurations from their watches;
@@ -160,42 +149,6 @@ func (r *Reconciler) setDefaults() {
 	}
 }
 
-// targetLock is one configuration's write lock, and the breakers that
-// found it taken.
-type targetLock struct {
-	mu      sync.Mutex
-	held    bool
-	waiting map[string]struct{}
-}
-
-// lockTarget takes t's configuration's write lock for breaker, if it is
-// free, and returns its release; nil when another reconcile holds it. Then
-// breaker is queued again when the holder releases it: the worker serves
-// other breakers meanwhile instead of waiting, and nothing spins.
-func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
-	v, _ := r.targets.LoadOrStore(string(t.Kind)+"/"+t.ConfigurationName, &targetLock{waiting: map[string]struct{}{}})
-	l := v.(*targetLock)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held {
-		l.waiting[breaker] = struct{}{}
-		return nil
-	}
-	l.held = true
-	return func() {
-		l.mu.Lock()
-		l.held = false
-		waiting := l.waiting
-		l.waiting = map[string]struct{}{}
-		l.mu.Unlock()
-		for name := range waiting {
-			if r.Requeue != nil {
-				r.Requeue(name)
-			}
-		}
-	}
-}
-
 // watchCurrent reports whether b's target is served by a watch that has
 // shown this process's last write to it (or this process has written none):
 // a decision on it then needs no fresh read. One on a watch that lags
@@ -208,8 +161,8 @@ func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
 	if !cached || !found {
 		return false
 	}
-	v, ok := r.targetWritten.Load(string(t.Kind) + "/" + t.ConfigurationName)
-	return !ok || v.(string) == obj.GetResourceVersion()
+	written := r.config(t).written()
+	return written == "" || written == obj.GetResourceVersion()
 }
 
 // awaitWatch reports whether b should wait for its configuration's watch,
@@ -222,13 +175,14 @@ func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
 func (r *Reconciler) awaitWatch(b *v1alpha1.WebhookCircuitBreaker) bool {
 	t := b.Spec.Target
 	if _, _, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName); cached {
-		r.awaited.Delete(b.Name)
+		r.memory.update(b.Name, func(m *memory) { m.awaited = false })
 		return false
 	}
 	if !r.Targets.Listing(t.Kind, t.ConfigurationName) {
 		return false
 	}
-	_, waited := r.awaited.LoadOrStore(b.Name, true)
+	waited := false
+	r.memory.update(b.Name, func(m *memory) { waited, m.awaited = m.awaited, true })
 	return !waited
 }
 
@@ -240,29 +194,6 @@ const watchWait = 2 * time.Second
 // lockedRetry is when a breaker that found its configuration's lock taken
 // is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
 const lockedRetry = time.Second
-
-// version is a breaker's resourceVersion after this controller's last
-// write to it (or fresh read), and the one that write replaced.
-type version struct{ now, before string }
-
-// wrote remembers the breaker's resourceVersion after this controller wrote
-// it (before: its version until then) or read it fresh (before: empty).
-func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker, before string) {
-	r.written.Store(b.Name, version{now: b.ResourceVersion, before: before})
-}
-
-// lagging reports whether b, as read from the cache, is not the version this
-// controller last wrote: the cache has not caught up (or someone else wrote
-// since; either way, a fresh read is due before a decision that writes).
-// behind is set when the cache still shows the version that write
-// replaced: its watch event is on its way, and will queue b again.
-func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind bool) {
-	v, ok := r.written.Load(b.Name)
-	if !ok || v.(version).now == b.ResourceVersion {
-		return false, false
-	}
-	return true, v.(version).before == b.ResourceVersion
-}
 
 // SignalSource keeps the API server signal; *apisignal.Tracker implements it.
 type SignalSource interface {
@@ -279,14 +210,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Health.Stop(req.Name)
-			r.Signals.Stop(req.Name)
-			r.Metrics.forget(req.Name)
-			r.written.Delete(req.Name)
-			r.closed.Delete(req.Name)
-			r.awaited.Delete(req.Name)
-			r.Decisions.Forget(req.Name)
-			r.Targets.Forget(req.Name)
+			r.forget(req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
@@ -310,7 +234,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.wrote(&b, "")
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
-		"target", string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, "webhook", b.Spec.Target.WebhookName))
+		"target", b.Spec.Target.ConfigurationKey(), "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
 	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		return ctrl.Result{}, nil
@@ -373,10 +297,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
 	o := policy.Outcome{Input: in, Decision: d, Observed: obs, After: after, WriteErr: writeErr, Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
-	if v, ok := r.closed.Load(b.Name); ok {
-		note := v.(policy.ClosedNote)
-		o.ClosedBy = &note
-	}
+	o.ClosedBy = r.memory.get(b.Name).closed
 	deferred, err := r.report(ctx, &b, o)
 	if err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
@@ -392,12 +313,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Audits.Request(b.Name)
 	}
 	if d.ReleaseFinalizer && writeErr == nil {
-		r.Health.Stop(b.Name)
-		r.Targets.Forget(b.Name)
 		r.event(&b, "Normal", policy.ReasonFinalizerReleased, "Delete", d.Message)
 		if err := r.patchFinalizer(ctx, &b, false); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
 		}
+		r.forget(b.Name)
 		return ctrl.Result{}, nil
 	}
 	// Looks again later are routine (priority 0), whatever brought this one.
@@ -505,7 +425,7 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 // webhooks by name and type only, so the two signals are one.
 func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
 	t := b.Spec.Target
-	list, err := r.named(ctx, WebhookIndexField, SignalKey(t))
+	list, err := r.named(ctx, WebhookIndexField, t.SignalKey())
 	if err != nil {
 		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", t.WebhookName, err)
 	}
@@ -650,7 +570,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	if err != nil {
 		return obs.State, err
 	}
-	r.targetWritten.Store(string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, obs.Config.Object.GetResourceVersion())
+	r.config(b.Spec.Target).wrote(obs.Config.Object.GetResourceVersion())
 	after := circuit.Inspect(obs.Config, webhook)
 	var openFor time.Duration
 	if d.Write != policy.WriteOpen && obs.State.Record != nil {
@@ -660,7 +580,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	if d.Write == policy.WriteClose {
 		// Should its status write be deferred, the window still closes with this reason and time.
-		r.closed.Store(b.Name, policy.ClosedNote{OpenedAt: obs.State.Record.OpenedAt, Reason: d.Reason, At: now})
+		r.closedBy(b.Name, policy.ClosedNote{OpenedAt: obs.State.Record.OpenedAt, Reason: d.Reason, At: now})
 	}
 	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
 	switch d.Write {
@@ -678,7 +598,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		}
 		r.Metrics.transition(c.b.Name, d.Write, c.d.Reason, openFor)
 		if d.Write == policy.WriteClose {
-			r.closed.Store(c.b.Name, policy.ClosedNote{OpenedAt: c.state.Record.OpenedAt, Reason: c.d.Reason, At: now})
+			r.closedBy(c.b.Name, policy.ClosedNote{OpenedAt: c.state.Record.OpenedAt, Reason: c.d.Reason, At: now})
 		}
 		log.FromContext(ctx).Info("wrote a companion's circuit in the same patch", "write", d.Write, "companion", c.b.Name,
 			"companionWebhook", cw, "reason", c.d.Reason, "message", c.d.Message)
@@ -766,16 +686,6 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	r.wrote(b, before)
 	r.forgetClosed(b.Name, status)
 	return false, nil
-}
-
-// forgetClosed drops breaker's closedNote once status shows the window closed.
-func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
-	if v, ok := r.closed.Load(breaker); ok {
-		n := v.(policy.ClosedNote)
-		if status.Record == nil || !status.Record.OpenedAt.Equal(&n.OpenedAt) {
-			r.closed.Delete(breaker)
-		}
-	}
 }
 
 // deferReport reports whether b's status write waits because more breakers

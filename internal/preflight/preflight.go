@@ -138,7 +138,7 @@ type checker struct {
 
 func (c *checker) breaker(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) Breaker {
 	t := b.Spec.Target
-	out := Breaker{Name: b.Name, Target: string(t.Kind) + "/" + t.ConfigurationName + "/" + t.WebhookName}
+	out := Breaker{Name: b.Name, Target: t.Key()}
 	add := func(check string, r Result, format string, args ...any) {
 		out.Findings = append(out.Findings, Finding{Check: check, Result: r, Message: fmt.Sprintf(format, args...)})
 	}
@@ -212,11 +212,11 @@ func (c *checker) existing(ctx context.Context, kind v1alpha1.TargetKind) []stri
 
 // conflict: another breaker names the same webhook.
 func (c *checker) conflict(b *v1alpha1.WebhookCircuitBreaker, add addFunc) {
-	key := controller.TargetKey(b.Spec.Target)
+	key := b.Spec.Target.Key()
 	var peers []v1alpha1.WebhookCircuitBreaker
 	var names []string
 	for _, o := range c.all {
-		if o.Name != b.Name && controller.TargetKey(o.Spec.Target) == key {
+		if o.Name != b.Name && o.Spec.Target.Key() == key {
 			peers = append(peers, o)
 			names = append(names, o.Name)
 		}
