@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
@@ -80,7 +79,7 @@ func TestNearestName(t *testing.T) {
 		"abc":                "", // too short for three edits to be a typo
 		"sidecar-injector-2": "sidecar-injector",
 	} {
-		if got := controller.NearestName(name, names); got != want {
+		if got := policy.NearestName(name, names); got != want {
 			t.Errorf("NearestName(%q) = %q, want %q", name, got, want)
 		}
 	}

@@ -12,7 +12,7 @@ func Remembers(r *Reconciler, breaker string) []string {
 	if r.Decisions.Knows(breaker) {
 		kept = append(kept, "decisions")
 	}
-	if _, ok := r.Metrics.probeSeries.Load(breaker); ok {
+	if r.Metrics.Knows(breaker) {
 		kept = append(kept, "probe series")
 	}
 	return kept

@@ -70,7 +70,7 @@ func (s *memories) has(breaker string) bool {
 func (r *Reconciler) forget(breaker string) {
 	r.Health.Stop(breaker)
 	r.Signals.Stop(breaker)
-	r.Metrics.forget(breaker)
+	r.Metrics.Forget(breaker)
 	r.Decisions.Forget(breaker)
 	r.Targets.Forget(breaker)
 	r.memory.update(breaker, func(m *memory) { *m = memory{} })

@@ -13,6 +13,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
 )
@@ -82,7 +83,7 @@ func TestDeletedBreakerLeavesNothingInMemory(t *testing.T) {
 		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
 	})
 	k := &keepers{scriptedHealth: b.health, probed: map[string]bool{}, signalled: map[string]bool{}, fed: map[string]bool{}}
-	m, err := controller.NewMetrics(prometheus.NewRegistry())
+	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

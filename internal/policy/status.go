@@ -31,9 +31,6 @@ const (
 	ConditionAPIServerSignal = "APIServerSignal"
 )
 
-// maxHistory bounds status.history (the CRD enforces the same).
-const maxHistory = 20
-
 // ours is the record the write left on the webhook, if it is this breaker's.
 func (o Outcome) ours(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.CircuitRecord {
 	if r := o.After.Record; r != nil && r.BreakerUID == b.UID {
@@ -83,15 +80,15 @@ func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.Webho
 func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1.CircuitRecord) {
 	switch {
 	case o.Observed.Config == nil:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, o.Now)
+		updateHistory(s, s.Record, nil, ReasonTargetGone, o.Now)
 		s.Record = nil
 	case o.Observed.Config.Object.GetUID() != s.TargetUID:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetRecreated, o.Now)
+		updateHistory(s, s.Record, nil, ReasonTargetRecreated, o.Now)
 		s.Record = nil
 		s.TargetUID = o.Observed.Config.Object.GetUID()
 	}
 	if o.Input.TargetFound && o.After.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.Input.State.Record, o.Decision, o.ClosedBy), closedAt(s.Record, o))
+		updateHistory(s, s.Record, ours, closeReason(s.Record, o.Input.State.Record, o.Decision, o.ClosedBy), closedAt(s.Record, o))
 		s.Record = ours
 	}
 }
@@ -169,13 +166,7 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 // setConditions sets the conditions from the outcome and the state.
 func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome, ours *v1alpha1.CircuitRecord) {
 	in, d := o.Input, o.Decision
-	set := func(typ string, ok bool, reason, msg string) {
-		st := metav1.ConditionFalse
-		if ok {
-			st = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: b.Generation, LastTransitionTime: o.Now})
-	}
+	set := setter(s, b, o)
 	switch {
 	case in.TargetFound:
 		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
@@ -192,6 +183,32 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	} else if s.DisarmedReason == "" {
 		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
 	}
+	switch {
+	case !in.TargetFound:
+		set(ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
+	case in.ProbeUnknown:
+		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
+	default:
+		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
+	}
+	setHealth(s, o, set)
+	setReady(s, o, ours, set)
+}
+
+// setter sets one condition of s, True when ok.
+func setter(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) func(typ string, ok bool, reason, msg string) {
+	return func(typ string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: b.Generation, LastTransitionTime: o.Now})
+	}
+}
+
+// setHealth sets the conditions on the evidence: the API server signal,
+// late probes, a starved controller.
+func setHealth(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, set func(typ string, ok bool, reason, msg string)) {
 	switch sig := o.Observed.Signal; {
 	case sig == nil:
 		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
@@ -217,14 +234,11 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
 		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
 	}
-	switch {
-	case !in.TargetFound:
-		set(ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
-	case in.ProbeUnknown:
-		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
-	default:
-		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
-	}
+}
+
+// setReady sets Ready: whether tripswitch can act on the webhook, and why not.
+func setReady(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1.CircuitRecord, set func(typ string, ok bool, reason, msg string)) {
+	in, d := o.Input, o.Decision
 	switch {
 	case o.WriteErr != nil:
 		reason := ReasonWriteFailed
@@ -265,20 +279,13 @@ func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision, closedBy *C
 
 // updateHistory opens a window when a record appears and closes the last one
 // when it goes, so history follows the record even across missed updates.
-func updateHistory(h []v1alpha1.OpenWindow, before, after *v1alpha1.CircuitRecord, reason string, now metav1.Time) []v1alpha1.OpenWindow {
+func updateHistory(s *v1alpha1.WebhookCircuitBreakerStatus, before, after *v1alpha1.CircuitRecord, reason string, now metav1.Time) {
 	if before != nil && (after == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
-		if n := len(h); n > 0 && h[n-1].ClosedAt == nil {
-			h[n-1].ClosedAt = &now
-			h[n-1].CloseReason = reason
-		}
+		s.CloseLast(now, reason)
 	}
 	if after != nil && (before == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
-		h = append(h, v1alpha1.OpenWindow{OpenedAt: after.OpenedAt, Action: after.Action, Reason: after.Reason})
+		s.OpenWindowFor(after)
 	}
-	if len(h) > maxHistory {
-		h = h[len(h)-maxHistory:]
-	}
-	return h
 }
 
 func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs Observed) string {

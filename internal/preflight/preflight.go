@@ -11,7 +11,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -167,7 +166,7 @@ func (c *checker) target(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 	switch err := c.Client.Get(ctx, client.ObjectKey{Name: t.ConfigurationName}, obj); {
 	case apierrors.IsNotFound(err):
 		msg := fmt.Sprintf("%s %s not found: spec.target.configurationName names no configuration", t.Kind, t.ConfigurationName)
-		if near := controller.NearestName(t.ConfigurationName, c.existing(ctx, t.Kind)); near != "" {
+		if near := policy.NearestName(t.ConfigurationName, c.existing(ctx, t.Kind)); near != "" {
 			msg += fmt.Sprintf("; did you mean %s? (the target is immutable: recreate the breaker with that name)", near)
 		}
 		add(CheckTarget, Problem, "%s", msg)
