@@ -44,7 +44,7 @@ func runAudit(args []string, out io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
 	output := fs.String("o", "table", "output format: table or json")
 	window := fs.Int("window", 1, "which open window: 1 is the most recent, 2 the one before, ...")
-	qps := fs.Float64("qps", 5, "most API requests per second")
+	qps := fs.Float64("qps", v1alpha1.DefaultAuditQPS, "most API requests per second")
 	maxObjects := fs.Int("max-objects", 10000, "stop after this many matching objects")
 	noReview := fs.Bool("no-review", false, "list the objects without re-reviewing them")
 	// Flags may follow the breaker's name.

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/preflight"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
@@ -137,7 +137,7 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	}), healthy)
 	setStatus(breaker("unprobeable", "good", "w4.example.com", nil), v1alpha1.WebhookCircuitBreakerStatus{
 		Probe: v1alpha1.ProbeStatus{LastResult: string(probe.Unknown), LastReason: "caBundle holds no PEM certificate"},
-		Conditions: []metav1.Condition{{Type: controller.ConditionProbeUnsupported, Status: metav1.ConditionTrue, Reason: controller.ReasonProbeUnsupported,
+		Conditions: []metav1.Condition{{Type: policy.ConditionProbeUnsupported, Status: metav1.ConditionTrue, Reason: policy.ReasonProbeUnsupported,
 			Message: "caBundle holds no PEM certificate", LastTransitionTime: metav1.Now()}},
 	})
 

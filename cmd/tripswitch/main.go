@@ -253,7 +253,7 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("learn the controller's identity, which its probe and audit reviews name: %w", err)
 	}
 	ctrl.Log.Info("running as", "user", requester)
-	prober := &probe.HTTPProber{Requester: requester}
+	prober := &probe.HTTPProber{}
 	if _, err := controller.Setup(mgr, controller.Options{Prober: prober, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency,
 		SignalInterval: f.signalInterval, Requester: requester}); err != nil {
 		return err

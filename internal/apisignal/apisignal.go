@@ -43,8 +43,9 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Webhook identifies a webhook in the API server's metrics.
-type Webhook struct {
+// WebhookID identifies a webhook in the API server's metrics: by name and
+// type, whatever its configuration.
+type WebhookID struct {
 	// Name is the webhook's name.
 	Name string
 	// Type is "admit" (mutating) or "validating".
@@ -68,7 +69,7 @@ type Reading struct {
 	// the exposition names none.
 	Instance string
 	// Webhooks are the cumulative counts of every webhook it has called.
-	Webhooks map[Webhook]Counts
+	Webhooks map[WebhookID]Counts
 }
 
 const (
@@ -89,9 +90,9 @@ func Parse(r io.Reader) (Reading, error) {
 	if err != nil {
 		return Reading{}, fmt.Errorf("parse metrics: %w", err)
 	}
-	calls := map[Webhook]float64{}
-	failures := map[Webhook]float64{}
-	sum := func(name string, into map[Webhook]float64, keep func(*dto.Metric) bool) {
+	calls := map[WebhookID]float64{}
+	failures := map[WebhookID]float64{}
+	sum := func(name string, into map[WebhookID]float64, keep func(*dto.Metric) bool) {
 		mf := families[name]
 		if mf == nil {
 			return
@@ -100,14 +101,14 @@ func Parse(r io.Reader) (Reading, error) {
 			if keep != nil && !keep(m) {
 				continue
 			}
-			w := Webhook{Name: label(m, "name"), Type: label(m, "type")}
+			w := WebhookID{Name: label(m, "name"), Type: label(m, "type")}
 			into[w] += value(m)
 		}
 	}
 	sum(metricRequests, calls, nil)
 	sum(metricRejections, failures, func(m *dto.Metric) bool { return label(m, "error_type") == "calling_webhook_error" })
 	sum(metricFailOpen, failures, nil)
-	out := map[Webhook]Counts{}
+	out := map[WebhookID]Counts{}
 	for w, c := range calls {
 		out[w] = Counts{Calls: c}
 	}

@@ -66,7 +66,7 @@ func TestSignalFromARealAPIServer(t *testing.T) {
 	tr := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: clk,
 		Refresh: time.Nanosecond, Changed: func(b string) { flipped = append(flipped, b) }}
 	settings := func(name string) apisignal.Settings {
-		return apisignal.Settings{Webhook: apisignal.Webhook{Name: name, Type: "validating"}, Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
+		return apisignal.Settings{Webhook: apisignal.WebhookID{Name: name, Type: "validating"}, Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
 	}
 	for _, b := range []string{"fail", "ignore"} {
 		if err := tr.Ensure(b, settings(b+".example.com")); err != nil {
@@ -216,7 +216,7 @@ func TestSignalWithTwoAPIServers(t *testing.T) {
 				mu.Unlock()
 			}
 		}}
-	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: name, Type: "validating"},
+	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.WebhookID{Name: name, Type: "validating"},
 		Window: 10 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +280,6 @@ func countOf(t *testing.T, env *testenv.Env, name string) struct{ Calls, Failure
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := r.Webhooks[apisignal.Webhook{Name: name, Type: "validating"}]
+	c := r.Webhooks[apisignal.WebhookID{Name: name, Type: "validating"}]
 	return struct{ Calls, Failures int }{int(c.Calls), int(c.Failures)}
 }

@@ -15,7 +15,7 @@ import (
 
 // Settings are one breaker's signal settings.
 type Settings struct {
-	Webhook Webhook
+	Webhook WebhookID
 	// Window is the sliding window.
 	Window time.Duration
 	// MinimumCalls before a rate is computed.

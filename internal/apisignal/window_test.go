@@ -55,7 +55,7 @@ func newTracker(t *testing.T, p *pool) (*apisignal.Tracker, *clocktesting.FakeCl
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	// Every change shown at once: these tests are about the window.
 	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk, Refresh: time.Nanosecond}
-	err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+	err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.WebhookID{Name: "w.example.com", Type: "validating"},
 		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50})
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestShownNumbersRefresh(t *testing.T) {
 	var notified int
 	tr := &apisignal.Tracker{Source: p.source, Interval: time.Second, Clock: clk, Refresh: 10 * time.Second,
 		Changed: func(string) { notified++ }}
-	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+	if err := tr.Ensure("b", apisignal.Settings{Webhook: apisignal.WebhookID{Name: "w.example.com", Type: "validating"},
 		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestFromCountsOnlyTheTrial(t *testing.T) {
 	b := &server{start: "1.80000001e+09", calls: 50}
 	p := &pool{}
 	tr, clk := newTracker(t, p)
-	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: "w.example.com", Type: "validating"},
+	settings := apisignal.Settings{Webhook: apisignal.WebhookID{Name: "w.example.com", Type: "validating"},
 		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
 	// The outage: 20 failed calls on a, seen by the signal.
 	p.next = a

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/admission"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
@@ -43,7 +44,7 @@ type Auditor struct {
 	Reviewer Reviewer
 	// PageSize is the list page size. Default 500.
 	PageSize int64
-	// MaxObjects caps the findings; reaching it is reported. Default 1000.
+	// MaxObjects caps the findings; reaching it is reported. Default v1alpha1.DefaultAuditMaxObjects.
 	MaxObjects int
 	// Concurrency is how many re-reviews run at once. Default 4.
 	Concurrency int
@@ -67,7 +68,7 @@ func (a *Auditor) defaults() {
 		a.PageSize = 500
 	}
 	if a.MaxObjects <= 0 {
-		a.MaxObjects = 1000
+		a.MaxObjects = v1alpha1.DefaultAuditMaxObjects
 	}
 	if a.Concurrency <= 0 {
 		a.Concurrency = 4

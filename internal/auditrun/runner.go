@@ -106,12 +106,7 @@ func Due(b *v1alpha1.WebhookCircuitBreaker) bool {
 	if b.Spec.Resolve().Audit == nil {
 		return false
 	}
-	for _, w := range b.Status.History {
-		if w.ClosedAt != nil && w.Audit == nil {
-			return true
-		}
-	}
-	return false
+	return b.Status.Unaudited() != nil
 }
 
 // AuditPending audits every closed window of the breaker that has no audit
@@ -125,13 +120,7 @@ func (a *Runner) AuditPending(ctx context.Context, name string) error {
 		if !Due(&b) {
 			return nil
 		}
-		var w v1alpha1.OpenWindow
-		for _, h := range b.Status.History {
-			if h.ClosedAt != nil && h.Audit == nil {
-				w = h
-				break
-			}
-		}
+		w := *b.Status.Unaudited()
 		result, report := a.run(ctx, &b, w)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -203,13 +192,12 @@ func (a *Runner) record(ctx context.Context, name string, openedAt metav1.Time, 
 		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
 			return err
 		}
-		for i := range b.Status.History {
-			if b.Status.History[i].OpenedAt.Equal(&openedAt) {
-				b.Status.History[i].Audit = result
-				return a.Client.Status().Update(ctx, &b)
-			}
+		w := b.Status.Window(openedAt)
+		if w == nil {
+			return nil // the window left the history meanwhile
 		}
-		return nil // the window left the history meanwhile
+		w.Audit = result
+		return a.Client.Status().Update(ctx, &b)
 	})
 	return client.IgnoreNotFound(err)
 }

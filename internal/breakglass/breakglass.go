@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -125,14 +126,16 @@ var ErrRefused = errors.New("refused")
 // an error matching ErrRefused, when the record is unreadable or what
 // tripswitch set was changed by someone else.
 func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config, webhook string) error {
-	var lastErr error
-	for range 5 { // a concurrent writer makes the patch conflict: read again
+	var restored *v1alpha1.CircuitRecord
+	var ref string
+	// A concurrent writer makes the patch stale: read again.
+	err := retry.OnError(retry.DefaultRetry, circuit.IsStale, func() error {
 		cfg, k, err := read(ctx, c, kind, config)
 		if err != nil {
 			return err
 		}
 		st := circuit.Inspect(cfg, webhook)
-		ref := fmt.Sprintf("%s %s, webhook %s", k, config, webhook)
+		ref = fmt.Sprintf("%s %s, webhook %s", k, config, webhook)
 		switch {
 		case st.RecordErr != nil:
 			return fmt.Errorf("%w: %s: the record is unreadable (%v); fix or remove annotation %s by hand", ErrRefused, ref, st.RecordErr, circuit.AnnotationKey(webhook))
@@ -143,16 +146,21 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 		case !st.Intact():
 			return fmt.Errorf("%w: %s: someone changed what tripswitch set (%s), so restoring would overwrite their change; if the current value is wrong, fix the webhook and remove annotation %s by hand", ErrRefused, ref, st.Record.Action, circuit.AnnotationKey(webhook))
 		}
-		err = circuit.Writer{Client: c}.Close(ctx, cfg, webhook, st.Record)
-		if err == nil {
-			return closeWindow(ctx, c, st.Record, ref)
-		}
-		if !circuit.IsStale(err) {
+		if err := (circuit.Writer{Client: c}).Close(ctx, cfg, webhook, st.Record); err != nil && !circuit.IsStale(err) {
 			return fmt.Errorf("restore %s: %w", ref, err)
+		} else if err != nil {
+			return err
 		}
-		lastErr = err
+		restored = st.Record
+		return nil
+	})
+	switch {
+	case circuit.IsStale(err):
+		return fmt.Errorf("restore %s/%s: the configuration kept changing: %w", config, webhook, err)
+	case err != nil:
+		return err
 	}
-	return fmt.Errorf("restore %s/%s: the configuration kept changing: %w", config, webhook, lastErr)
+	return closeWindow(ctx, c, restored, ref)
 }
 
 // read finds the configuration named config, of kind or of whichever kind
@@ -204,29 +212,29 @@ const CloseReason = v1alpha1.ReasonBreakGlassRestore
 // until then `kubectl get wcb` would still say Open. The restore itself is
 // done by then; failing to record it is reported, not undone.
 func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitRecord, ref string) error {
-	for range 5 {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var b v1alpha1.WebhookCircuitBreaker
 		err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b)
 		if apierrors.IsNotFound(err) || (err == nil && b.UID != rec.BreakerUID) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
+			return err
 		}
 		base := b.DeepCopy()
 		restoredStatus(&b, rec, metav1.Now())
 		if equality.Semantic.DeepEqual(base.Status, b.Status) {
 			return nil
 		}
-		err = c.Status().Patch(ctx, &b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-		if err == nil || !apierrors.IsConflict(err) {
-			if err != nil {
-				return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
-			}
-			return nil
-		}
+		return c.Status().Patch(ctx, &b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	})
+	switch {
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("%w: restored %s, but breaker %s kept changing while the restore was recorded", ErrNotRecorded, ref, rec.Breaker)
+	case err != nil:
+		return fmt.Errorf("%w: restored %s, but could not record it on breaker %s: %w", ErrNotRecorded, ref, rec.Breaker, err)
 	}
-	return fmt.Errorf("%w: restored %s, but breaker %s kept changing while the restore was recorded", ErrNotRecorded, ref, rec.Breaker)
+	return nil
 }
 
 // restoredStatus makes b's status say that the circuit rec recorded was
@@ -238,9 +246,7 @@ func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitReco
 func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitRecord, now metav1.Time) {
 	s := &b.Status
 	shown := s.State == v1alpha1.StateOpen
-	if n := len(s.History); n > 0 && s.History[n-1].ClosedAt == nil && s.History[n-1].OpenedAt.Equal(&rec.OpenedAt) {
-		s.History[n-1].ClosedAt = &now
-		s.History[n-1].CloseReason = CloseReason
+	if n := len(s.History); n > 0 && s.History[n-1].OpenedAt.Equal(&rec.OpenedAt) && s.CloseLast(now, CloseReason) {
 		shown = true
 	}
 	if s.Record != nil && s.Record.OpenedAt.Equal(&rec.OpenedAt) {

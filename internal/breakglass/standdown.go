@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -274,30 +275,27 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	}
 	// The restore recorded itself in the breaker's status, so read it again;
 	// anyone else's write in between only makes this try again.
-	var err2 error
-	for range 5 {
-		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
-			if apierrors.IsNotFound(err) {
-				return r, nil
-			}
-			return r, fmt.Errorf("breaker %s: %w", b.Name, err)
-		}
-		if !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
-			return r, nil
+	var readErr error
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if readErr = s.Client.Get(ctx, client.ObjectKeyFromObject(b), b); readErr != nil || !controllerutil.ContainsFinalizer(b, v1alpha1.Finalizer) {
+			return nil
 		}
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(b, v1alpha1.Finalizer)
-		err2 = s.Client.Patch(ctx, b, patch)
-		if err2 == nil || apierrors.IsNotFound(err2) {
-			r.released = err2 == nil
-			if r.released {
-				fmt.Fprintf(s.Log, "breaker %s: removed finalizer %s\n", b.Name, v1alpha1.Finalizer)
-			}
-			return r, nil
-		}
-		if !apierrors.IsConflict(err2) {
-			break
-		}
+		err := s.Client.Patch(ctx, b, patch)
+		r.released = err == nil
+		return client.IgnoreNotFound(err)
+	})
+	switch {
+	case apierrors.IsNotFound(readErr):
+		return r, nil
+	case readErr != nil:
+		return r, fmt.Errorf("breaker %s: %w", b.Name, readErr)
+	case err != nil:
+		return r, fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err)
 	}
-	return r, fmt.Errorf("breaker %s: remove finalizer: %w", b.Name, err2)
+	if r.released {
+		fmt.Fprintf(s.Log, "breaker %s: removed finalizer %s\n", b.Name, v1alpha1.Finalizer)
+	}
+	return r, nil
 }

@@ -17,7 +17,8 @@ import (
 // Webhook is one webhook entry of a configuration, mutating or validating:
 // tripswitch's single model of a webhook. It holds what the circuit reads
 // and changes and what the audit needs to find and re-review what the
-// webhook would have admitted. Only View forks on the configuration's kind.
+// webhook would have admitted. View and List read either kind into it;
+// NewObject is the only other place that tells the kinds apart.
 type Webhook struct {
 	// Configuration is the name of the configuration that holds the entry.
 	Configuration string

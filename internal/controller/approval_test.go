@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
 // A misspelled configurationName is not told to be approved: the message
@@ -35,18 +35,18 @@ func TestNotApprovedListsTheApprovedNames(t *testing.T) {
 		name, configuration, wantReason string
 		want, notWant                   []string
 	}{
-		{"typo", b.cfg + "s", controller.ReasonNotApproved,
+		{"typo", b.cfg + "s", policy.ReasonNotApproved,
 			[]string{"not an approved configuration name", "the approved ones are " + b.cfg + ", " + planned, "Did you mean " + b.cfg + "?"}, nil},
-		{"unapproved", otherCfg, controller.ReasonNotApproved,
+		{"unapproved", otherCfg, policy.ReasonNotApproved,
 			[]string{"the approved ones are " + b.cfg + ", " + planned, "approvedWebhookConfigurations.mutating={...," + otherCfg + "}", "config/rbac/webhook_configurations.yaml"},
 			[]string{"Did you mean"}},
-		{"missing", planned, controller.ReasonTargetNotFound, []string{"not found"}, nil},
+		{"missing", planned, policy.ReasonTargetNotFound, []string{"not found"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			wcb := b.createBreaker(b.cfg+"-"+c.name, func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.ConfigurationName = c.configuration })
 			b.settle(r, wcb.Name)
-			ready := meta.FindStatusCondition(b.getBreaker(wcb.Name).Status.Conditions, controller.ConditionReady)
+			ready := meta.FindStatusCondition(b.getBreaker(wcb.Name).Status.Conditions, policy.ConditionReady)
 			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != c.wantReason {
 				t.Fatalf("Ready %+v, want False/%s", ready, c.wantReason)
 			}
@@ -79,7 +79,7 @@ func TestNearestName(t *testing.T) {
 		"abc":                "", // too short for three edits to be a typo
 		"sidecar-injector-2": "sidecar-injector",
 	} {
-		if got := controller.NearestName(name, names); got != want {
+		if got := policy.NearestName(name, names); got != want {
 			t.Errorf("NearestName(%q) = %q, want %q", name, got, want)
 		}
 	}

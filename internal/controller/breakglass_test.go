@@ -12,7 +12,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -32,7 +32,7 @@ func TestRestoreWhileTheControllerIsAway(t *testing.T) {
 	}{
 		{"breakglass/still down", breakGlass, probe.Unhealthy, breakglass.CloseReason},
 		{"breakglass/recovered", breakGlass, probe.Healthy, breakglass.CloseReason},
-		{"by hand/recovered", byHand, probe.Healthy, controller.ReasonClosedExternally},
+		{"by hand/recovered", byHand, probe.Healthy, policy.ReasonClosedExternally},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBed(t)
@@ -55,8 +55,8 @@ func TestRestoreWhileTheControllerIsAway(t *testing.T) {
 			for len(rec.Events) > 0 {
 				seen = append(seen, <-rec.Events)
 			}
-			if slices.ContainsFunc(seen, func(e string) bool { return strings.Contains(e, controller.ReasonRecordRemoved) }) {
-				t.Errorf("a spurious %s after a restore: %q", controller.ReasonRecordRemoved, seen)
+			if slices.ContainsFunc(seen, func(e string) bool { return strings.Contains(e, policy.ReasonRecordRemoved) }) {
+				t.Errorf("a spurious %s after a restore: %q", policy.ReasonRecordRemoved, seen)
 			}
 			h := b.getBreaker(wcb.Name).Status.History
 			if len(h) == 0 || h[0].ClosedAt == nil || h[0].CloseReason != tc.wantReason {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
@@ -134,7 +134,7 @@ func TestOneOutageOpensAConfigurationsBreakersInOnePatch(t *testing.T) {
 			}
 			for _, n := range []string{one, two} {
 				if got := b.getBreaker(n); got.Status.State != v1alpha1.StateClosed || len(got.Status.History) != 1 || got.Status.History[0].ClosedAt == nil ||
-					got.Status.History[0].CloseReason != controller.ReasonWebhookRecovered {
+					got.Status.History[0].CloseReason != policy.ReasonWebhookRecovered {
 					t.Fatalf("%s after recovery: %s, history %+v", n, got.Status.State, got.Status.History)
 				}
 			}

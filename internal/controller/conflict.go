@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -15,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
 // Two breakers may name the same webhook (a copy of a manifest, a second
@@ -27,34 +26,22 @@ import (
 // breaker naming a webhook is reconciled again when another breaker naming
 // it is created or deleted.
 
-// ReasonConflicted is Ready's reason on a breaker that names the same
-// webhook as an older breaker, which owns it.
-const ReasonConflicted = "Conflicted"
-
-// TargetIndexField indexes breakers by TargetKey in the manager's cache
+// TargetIndexField indexes breakers by Target.Key in the manager's cache
 // (Setup registers it with IndexTarget).
 const TargetIndexField = "spec.target.key"
 
-// TargetKey is the one string that names a breaker's webhook: kind,
-// configuration and webhook name.
-func TargetKey(t v1alpha1.Target) string {
-	return string(t.Kind) + "/" + t.ConfigurationName + "/" + t.WebhookName
-}
-
-// WebhookIndexField indexes breakers by SignalKey: the API server counts a
+// WebhookIndexField indexes breakers by Target.SignalKey: the API server counts a
 // webhook's calls by name and type, whatever its configuration.
 const WebhookIndexField = "spec.target.webhook"
 
-// SignalKey names what the API server signal counts: a webhook's type and
-// name, across configurations.
-func SignalKey(t v1alpha1.Target) string {
-	return string(t.Kind) + "/" + t.WebhookName
-}
+// indexKeys are the breaker indexes and the key each one files a breaker
+// under.
+var indexKeys = map[string]func(v1alpha1.Target) string{TargetIndexField: v1alpha1.Target.Key, WebhookIndexField: v1alpha1.Target.SignalKey}
 
 // IndexTarget registers TargetIndexField and WebhookIndexField with the
 // manager's cache.
 func IndexTarget(ctx context.Context, mgr ctrl.Manager) error {
-	for field, key := range map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey} {
+	for field, key := range indexKeys {
 		err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebhookCircuitBreaker{}, field, func(o client.Object) []string {
 			b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
 			if !ok {
@@ -80,7 +67,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 		if !ok {
 			return nil
 		}
-		list, err := r.named(ctx, WebhookIndexField, SignalKey(b.Spec.Target))
+		list, err := r.named(ctx, WebhookIndexField, b.Spec.Target.SignalKey())
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "list the breakers naming the same webhook", "breaker", b.Name)
 			return nil
@@ -107,7 +94,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 
 // peers are the other breakers that name b's webhook.
 func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	list, err := r.named(ctx, TargetIndexField, TargetKey(b.Spec.Target))
+	list, err := r.named(ctx, TargetIndexField, b.Spec.Target.Key())
 	out := list[:0]
 	for _, p := range list {
 		if p.Name != b.Name {
@@ -121,7 +108,7 @@ func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 // WebhookIndexField) is key: through the cache's index when it has one,
 // else by listing every breaker.
 func (r *Reconciler) named(ctx context.Context, field, key string) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	of := map[string]func(v1alpha1.Target) string{TargetIndexField: TargetKey, WebhookIndexField: SignalKey}[field]
+	of := indexKeys[field]
 	var list v1alpha1.WebhookCircuitBreakerList
 	var err error
 	if r.TargetIndexed {
@@ -150,55 +137,5 @@ func (r *Reconciler) conflictWinner(ctx context.Context, b *v1alpha1.WebhookCirc
 	if err != nil || len(peers) == 0 {
 		return "", err
 	}
-	return Winner(b, peers), nil
-}
-
-// Winner is the breaker, of b and the others naming the same webhook, that
-// owns it, if that is not b: the oldest by creationTimestamp, then by name,
-// among those not being deleted. Empty when b owns it (b itself counts even
-// while being deleted: its deletion restores what it holds).
-func Winner(b *v1alpha1.WebhookCircuitBreaker, others []v1alpha1.WebhookCircuitBreaker) string {
-	cands := []*v1alpha1.WebhookCircuitBreaker{b}
-	for i := range others {
-		if o := &others[i]; o.Name != b.Name && o.DeletionTimestamp.IsZero() {
-			cands = append(cands, o)
-		}
-	}
-	w := slices.MinFunc(cands, func(x, y *v1alpha1.WebhookCircuitBreaker) int {
-		if c := x.CreationTimestamp.Compare(y.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Name, y.Name)
-	})
-	if w.Name == b.Name {
-		return ""
-	}
-	return w.Name
-}
-
-// checkConflict: an older breaker names the same webhook and owns it. This
-// one never opens the circuit. If it holds one from before the conflict (it
-// tripped first, before tripswitch told conflicts apart), it may still close
-// it, or let it go, as it would alone.
-func checkConflict(in Input) (Decision, bool) {
-	if in.ConflictWinner == "" || in.Deleting {
-		return Decision{}, false
-	}
-	d := Decision{Reason: ReasonConflicted, Blocked: true, Message: fmt.Sprintf(
-		"breaker %s names the same webhook and is older, so it owns it: this breaker never opens the circuit while %s exists. "+
-			"Delete one of the two (this breaker takes over when %s is deleted)", in.ConflictWinner, in.ConflictWinner, in.ConflictWinner)}
-	if rec := in.State.Record; rec == nil || rec.BreakerUID != in.BreakerUID || in.State.RecordErr != nil {
-		return d, true
-	}
-	alone := in
-	alone.ConflictWinner = ""
-	own := Decide(alone)
-	if own.Write == WriteOpen {
-		return d, true
-	}
-	if own.Write != WriteNone || own.ExternalChange || own.Disarm != "" {
-		return own, true
-	}
-	d.Message += "; it still holds the circuit it opened before and closes it when the webhook recovers"
-	return d, true
+	return policy.Winner(b, peers), nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
@@ -54,16 +55,16 @@ func TestTwoBreakersOnOneWebhookTheOldestWins(t *testing.T) {
 
 	ready := func(name string) *metav1.Condition {
 		t.Helper()
-		c := meta.FindStatusCondition(b.getBreaker(name).Status.Conditions, controller.ConditionReady)
+		c := meta.FindStatusCondition(b.getBreaker(name).Status.Conditions, policy.ConditionReady)
 		if c == nil {
 			t.Fatalf("breaker %s has no Ready condition", name)
 		}
 		return c
 	}
-	if c := ready(dup.Name); c.Status != metav1.ConditionFalse || c.Reason != controller.ReasonConflicted || !strings.Contains(c.Message, orig.Name) {
+	if c := ready(dup.Name); c.Status != metav1.ConditionFalse || c.Reason != policy.ReasonConflicted || !strings.Contains(c.Message, orig.Name) {
 		t.Fatalf("copy's Ready = %s/%s %q, want False/Conflicted naming %s", c.Status, c.Reason, c.Message, orig.Name)
 	}
-	if c := ready(orig.Name); c.Status != metav1.ConditionTrue || c.Reason != controller.ReasonArmed {
+	if c := ready(orig.Name); c.Status != metav1.ConditionTrue || c.Reason != policy.ReasonArmed {
 		t.Fatalf("original's Ready = %s/%s %q, want True/Armed", c.Status, c.Reason, c.Message)
 	}
 	var seen []string
@@ -71,9 +72,9 @@ func TestTwoBreakersOnOneWebhookTheOldestWins(t *testing.T) {
 		seen = append(seen, <-rec.Events)
 	}
 	if !slices.ContainsFunc(seen, func(e string) bool {
-		return strings.HasPrefix(e, "Warning "+controller.ReasonConflicted) && strings.Contains(e, orig.Name)
+		return strings.HasPrefix(e, "Warning "+policy.ReasonConflicted) && strings.Contains(e, orig.Name)
 	}) {
-		t.Errorf("no Warning %s event naming %s among %q", controller.ReasonConflicted, orig.Name, seen)
+		t.Errorf("no Warning %s event naming %s among %q", policy.ReasonConflicted, orig.Name, seen)
 	}
 
 	// The outage: the copy, reconciled first, does not open; the original does.
@@ -87,7 +88,7 @@ func TestTwoBreakersOnOneWebhookTheOldestWins(t *testing.T) {
 		t.Fatalf("record %+v (%v), want the original's", got, err)
 	}
 	b.settle(r, dup.Name)
-	if c := ready(dup.Name); c.Reason != controller.ReasonConflicted {
+	if c := ready(dup.Name); c.Reason != policy.ReasonConflicted {
 		t.Fatalf("copy's Ready reason in the outage = %s, want Conflicted", c.Reason)
 	}
 
@@ -125,24 +126,24 @@ func TestConflictedBreakerTakesOverWhenTheWinnerIsDeleted(t *testing.T) {
 		if err := b.c.Get(b.ctx, client.ObjectKey{Name: name}, &w); err != nil {
 			return err.Error()
 		}
-		if c := meta.FindStatusCondition(w.Status.Conditions, controller.ConditionReady); c != nil {
+		if c := meta.FindStatusCondition(w.Status.Conditions, policy.ConditionReady); c != nil {
 			return c.Reason
 		}
 		return ""
 	}
-	eventually(t, "the original is Armed", func() bool { return readyReason(orig.Name) == controller.ReasonArmed })
+	eventually(t, "the original is Armed", func() bool { return readyReason(orig.Name) == policy.ReasonArmed })
 	for b.getBreaker(orig.Name).CreationTimestamp.Add(time.Second).After(time.Now()) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	dup := b.createBreaker(b.cfg+"-copy", label)
-	eventually(t, "the copy is Conflicted", func() bool { return readyReason(dup.Name) == controller.ReasonConflicted })
-	if r := readyReason(orig.Name); r != controller.ReasonArmed {
+	eventually(t, "the copy is Conflicted", func() bool { return readyReason(dup.Name) == policy.ReasonConflicted })
+	if r := readyReason(orig.Name); r != policy.ReasonArmed {
 		t.Fatalf("original's Ready reason = %s, want Armed", r)
 	}
 	if err := b.c.Delete(b.ctx, b.getBreaker(orig.Name)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the copy takes over", func() bool { return readyReason(dup.Name) == controller.ReasonArmed })
+	eventually(t, "the copy takes over", func() bool { return readyReason(dup.Name) == policy.ReasonArmed })
 }
 
 // runLabelledManager runs a manager that sees only the breakers labelled

@@ -10,6 +10,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -61,7 +62,7 @@ func TestFullCycle(t *testing.T) {
 				t.Fatalf("record after open: %+v, %v", rec, err)
 			}
 			got = b.getBreaker(wcb.Name)
-			if got.Status.State != v1alpha1.StateOpen || got.Status.Record == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, controller.ConditionCircuitOpen) {
+			if got.Status.State != v1alpha1.StateOpen || got.Status.Record == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, policy.ConditionCircuitOpen) {
 				t.Fatalf("open breaker status: %+v", got.Status)
 			}
 			if len(got.Status.History) != 1 || got.Status.History[0].ClosedAt != nil {

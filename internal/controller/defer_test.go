@@ -8,8 +8,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/schedule"
 )
 
 // TestStatusWaitsForQueuedDecisions: while another breaker is queued for a
@@ -25,7 +26,7 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 	b.createConfig(nil)
 	name := b.cfg
 	b.createBreaker(name, nil)
-	decisions := &controller.Decisions{}
+	decisions := &schedule.Decisions{}
 	r := b.reconciler(b.c)
 	r.Decisions = decisions
 	b.drive(r, name, probe.Healthy)
@@ -51,10 +52,10 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 		}
 	}
 
-	if decisions.Verdict(name, false) {
+	if decisions.Record(name, false) {
 		t.Fatal("a healthy verdict on a closed circuit was queued as a decision: it writes nothing but a status")
 	}
-	decisions.Verdict(queued, true)
+	decisions.Record(queued, true)
 	b.health.set(name, probe.Unhealthy)
 	openedAt := b.clock.Now().Truncate(time.Second)
 	res := reconcile()
@@ -82,10 +83,10 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 		t.Errorf("Open since %v, want the record's time %v", at, openedAt)
 	}
 
-	if !decisions.Verdict(name, false) {
+	if !decisions.Record(name, false) {
 		t.Fatal("a healthy verdict on an open circuit was not queued as a decision: it may close it")
 	}
-	decisions.Verdict(queued, true)
+	decisions.Record(queued, true)
 	b.health.set(name, probe.Healthy)
 	closedAt := b.clock.Now().Truncate(time.Second)
 	reconcile()
@@ -103,15 +104,15 @@ func TestStatusWaitsForQueuedDecisions(t *testing.T) {
 		t.Fatalf("status after the queue emptied: %s, record %+v, history %+v", got.Status.State, got.Status.Record, got.Status.History)
 	}
 	w := got.Status.History[0]
-	if w.CloseReason != controller.ReasonWebhookRecovered || w.ClosedAt == nil || !w.ClosedAt.Time.Equal(closedAt) {
-		t.Errorf("window closed %v for %q, want %v for %q", w.ClosedAt, w.CloseReason, closedAt, controller.ReasonWebhookRecovered)
+	if w.CloseReason != policy.ReasonWebhookRecovered || w.ClosedAt == nil || !w.ClosedAt.Time.Equal(closedAt) {
+		t.Errorf("window closed %v for %q, want %v for %q", w.ClosedAt, w.CloseReason, closedAt, policy.ReasonWebhookRecovered)
 	}
 	if at := got.Status.LastTransitionTime; at == nil || !at.Time.Equal(closedAt) {
 		t.Errorf("Closed since %v, want the close's time %v", at, closedAt)
 	}
 
 	// Bounded: a decision queued for ever delays a status at most 30s.
-	decisions.Verdict(queued, true)
+	decisions.Record(queued, true)
 	b.health.set(name, probe.Unhealthy)
 	reconcile()
 	if got := b.getBreaker(name); got.Status.State != v1alpha1.StateClosed || !hasRecord(b.getConfig()) {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -32,9 +32,9 @@ func TestAlreadyIgnoreIsSaidAtOnce(t *testing.T) {
 		}
 		b.settle(r, ignore.Name)
 		got := b.getBreaker(ignore.Name)
-		ready := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionReady)
-		if ready == nil || ready.Reason != controller.ReasonAlreadyFailOpen || !strings.Contains(ready.Message, "Bypass") {
-			t.Fatalf("probe %q: Ready %+v, want reason %s pointing at Bypass", st, ready, controller.ReasonAlreadyFailOpen)
+		ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady)
+		if ready == nil || ready.Reason != policy.ReasonAlreadyFailOpen || !strings.Contains(ready.Message, "Bypass") {
+			t.Fatalf("probe %q: Ready %+v, want reason %s pointing at Bypass", st, ready, policy.ReasonAlreadyFailOpen)
 		}
 		if got.Status.State != v1alpha1.StateClosed {
 			t.Fatalf("probe %q: state %s, want Closed", st, got.Status.State)
@@ -46,8 +46,8 @@ func TestAlreadyIgnoreIsSaidAtOnce(t *testing.T) {
 		w.Spec.OpenAction = v1alpha1.OpenActionBypass
 	})
 	b.drive(r, bypass.Name, probe.Healthy)
-	if ready := meta.FindStatusCondition(b.getBreaker(bypass.Name).Status.Conditions, controller.ConditionReady); ready == nil ||
-		ready.Status != metav1.ConditionTrue || ready.Reason != controller.ReasonArmed {
+	if ready := meta.FindStatusCondition(b.getBreaker(bypass.Name).Status.Conditions, policy.ConditionReady); ready == nil ||
+		ready.Status != metav1.ConditionTrue || ready.Reason != policy.ReasonArmed {
 		t.Fatalf("Bypass breaker: Ready %+v, want True/Armed", ready)
 	}
 }

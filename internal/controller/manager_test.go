@@ -25,6 +25,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -298,7 +299,7 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	p := &counted{Prober: &probe.HTTPProber{}}
 	runManager(t, b.cfg, p, nil)
 	eventually(t, "ProbeUnsupported reported", func() bool {
-		c := condition(b.getBreaker(wcb.Name), controller.ConditionProbeUnsupported)
+		c := condition(b.getBreaker(wcb.Name), policy.ConditionProbeUnsupported)
 		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "caBundle holds no PEM certificate")
 	})
 	// Ten more probes (not a time: a busy machine probes late), then the
@@ -311,8 +312,8 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	}
 	// It must not look reassuring: Unknown, and not Ready, saying why.
 	st := b.getBreaker(wcb.Name).Status
-	ready := condition(b.getBreaker(wcb.Name), controller.ConditionReady)
-	if st.State != v1alpha1.StateUnknown || st.Probe.LastResult != string(probe.Unknown) || ready.Status != metav1.ConditionFalse || ready.Reason != controller.ReasonProbeUnsupported {
+	ready := condition(b.getBreaker(wcb.Name), policy.ConditionReady)
+	if st.State != v1alpha1.StateUnknown || st.Probe.LastResult != string(probe.Unknown) || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonProbeUnsupported {
 		t.Fatalf("status: %+v", st)
 	}
 }
@@ -342,7 +343,7 @@ func TestEditsAreSeenWhenTheyHappen(t *testing.T) {
 	b.setPolicy(admissionregistrationv1.Fail)
 	eventually(t, "the edit seen as an external change", func() bool {
 		got := b.getBreaker(wcb.Name)
-		c := condition(got, controller.ConditionExternalChange)
+		c := condition(got, policy.ConditionExternalChange)
 		return c.Status == metav1.ConditionTrue && got.Status.State == v1alpha1.StateDisarmed && !hasRecord(b.getConfig())
 	})
 	// ForceOpen does not fight the administrator: still closed ten probes later.

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -19,7 +19,7 @@ func TestMetricsFollowACycle(t *testing.T) {
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
 	reg := prometheus.NewRegistry()
-	m, err := controller.NewMetrics(reg)
+	m, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

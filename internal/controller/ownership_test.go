@@ -15,7 +15,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -60,14 +60,14 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	for len(rec.Events) > 0 {
 		seen = append(seen, <-rec.Events)
 	}
-	for _, want := range []string{"Warning CircuitOpened", "Warning " + controller.ReasonExternalChange, "Warning " + controller.ReasonDisarmed} {
+	for _, want := range []string{"Warning CircuitOpened", "Warning " + policy.ReasonExternalChange, "Warning " + policy.ReasonDisarmed} {
 		if !slices.ContainsFunc(seen, func(e string) bool { return strings.HasPrefix(e, want) }) {
 			t.Errorf("no %q event among %q", want, seen)
 		}
 	}
 	disarmed := 0
 	for _, e := range seen {
-		if strings.HasPrefix(e, "Warning "+controller.ReasonDisarmed+" ") {
+		if strings.HasPrefix(e, "Warning "+policy.ReasonDisarmed+" ") {
 			disarmed++
 		}
 	}
@@ -79,10 +79,10 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 		t.Fatalf("after the administrator's Fail: policy %s, record %v", *hookOf(t, cfg, target).FailurePolicy, hasRecord(cfg))
 	}
 	got := b.getBreaker(wcb.Name)
-	if c := condition(got, controller.ConditionExternalChange); c.Status != metav1.ConditionTrue {
+	if c := condition(got, policy.ConditionExternalChange); c.Status != metav1.ConditionTrue {
 		t.Fatalf("ExternalChange condition = %+v", c)
 	}
-	if ready := condition(got, controller.ConditionReady); got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateDisarmed || ready.Status != metav1.ConditionFalse || ready.Reason != controller.ReasonDisarmed {
+	if ready := condition(got, policy.ConditionReady); got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateDisarmed || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonDisarmed {
 		t.Fatalf("breaker not disarmed (State Disarmed, Ready False) after an external change: %+v", got.Status)
 	}
 	// Still down, many reconciles later: no re-open.
@@ -92,7 +92,7 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 	}
 
 	// An operator re-arms: the next failure opens again.
-	got.Annotations = map[string]string{controller.RearmAnnotation: "1"}
+	got.Annotations = map[string]string{policy.RearmAnnotation: "1"}
 	if err := b.c.Update(b.ctx, got); err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +133,12 @@ func TestAdministratorIgnoreIsNeverRestored(t *testing.T) {
 	}
 	var refusals int
 	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, controller.ReasonAlreadyFailOpen) {
+		if e := <-rec.Events; strings.Contains(e, policy.ReasonAlreadyFailOpen) {
 			refusals++
 		}
 	}
 	if refusals != 1 { // once, when it is first seen (before any outage), not once per reconcile
-		t.Fatalf("%d %s events, want one", refusals, controller.ReasonAlreadyFailOpen)
+		t.Fatalf("%d %s events, want one", refusals, policy.ReasonAlreadyFailOpen)
 	}
 }
 
@@ -183,7 +183,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 		b.health.set(wcb.Name, probe.Unhealthy)
 		b.settle(b.reconciler(b.c), wcb.Name)
 		got := b.getBreaker(wcb.Name)
-		if c := condition(got, controller.ConditionTargetFound); c.Status != metav1.ConditionFalse || got.Status.State != v1alpha1.StateUnknown {
+		if c := condition(got, policy.ConditionTargetFound); c.Status != metav1.ConditionFalse || got.Status.State != v1alpha1.StateUnknown {
 			t.Fatalf("TargetFound = %+v, state %s", c, got.Status.State)
 		}
 	})
@@ -194,7 +194,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 		b.health.set(wcb.Name, probe.Unhealthy)
 		b.settle(b.reconciler(b.c), wcb.Name)
 		got := b.getBreaker(wcb.Name)
-		if c := condition(got, controller.ConditionTargetFound); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "webhook "+target) {
+		if c := condition(got, policy.ConditionTargetFound); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "webhook "+target) {
 			t.Fatalf("TargetFound = %+v", c)
 		}
 		if len(b.getConfig().Annotations) != 0 {
@@ -215,8 +215,8 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 			if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Ignore || !hasRecord(cfg) {
 				t.Fatalf("%s: tripswitch acted on a corrupt record: %s", st, webhookJSON(t, cfg, target))
 			}
-			if c := condition(b.getBreaker(wcb.Name), controller.ConditionReady); c.Reason != controller.ReasonCorruptRecord {
-				t.Fatalf("Ready = %+v, want reason %s", c, controller.ReasonCorruptRecord)
+			if c := condition(b.getBreaker(wcb.Name), policy.ConditionReady); c.Reason != policy.ReasonCorruptRecord {
+				t.Fatalf("Ready = %+v, want reason %s", c, policy.ReasonCorruptRecord)
 			}
 		}
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
@@ -108,8 +109,8 @@ func TestBreakerTheControllerMayNotRead(t *testing.T) {
 	r.Client = restricted
 	b.settle(r, wcb.Name)
 	got := b.getBreaker(wcb.Name)
-	ready := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != controller.ReasonNotApproved || got.Status.State != v1alpha1.StateUnknown {
+	ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonNotApproved || got.Status.State != v1alpha1.StateUnknown {
 		t.Fatalf("state %s, Ready %+v; want Unknown and Ready False (NotApproved)", got.Status.State, ready)
 	}
 	for _, want := range []string{"approvedWebhookConfigurations.mutating", b.cfg, "config/rbac/webhook_configurations.yaml"} {

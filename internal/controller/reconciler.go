@@ -1,21 +1,16 @@
 // Package controller wires probe results to circuit decisions to writes,
-// status, events and metrics. The policy is the pure function Decide; the
-// Reconciler is the thin shell that reads, decides, writes once and reports.
+// status, events and metrics. The decision is internal/policy's pure
+// Decide; the Reconciler is the thin shell that reads, decides, writes once
+// and reports.
 package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,17 +20,16 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
-	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/metrics"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/schedule"
 )
 
 const (
 	// Finalizer holds a breaker's deletion until its webhook is restored.
 	Finalizer = v1alpha1.Finalizer
-	// RearmAnnotation on a breaker re-arms it when its value changes.
-	RearmAnnotation = "tripswitch.dev/rearm"
 
 	// resync re-reads a breaker's target even when no probe reports.
 	resync = time.Minute
@@ -63,7 +57,7 @@ type Reconciler struct {
 	// Recorder, if set, receives the breaker's events.
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
-	Metrics  *Metrics
+	Metrics  *metrics.Metrics
 	// Audits, if set, is asked for the audit of each closed window of a
 	// breaker with spec.audit enabled.
 	Audits AuditQueue
@@ -76,7 +70,7 @@ type Reconciler struct {
 	// Decisions, if set, counts the breakers queued for a decision; while
 	// more wait than its Workers, status writes that can wait do (see
 	// deferReport).
-	Decisions *Decisions
+	Decisions *schedule.Decisions
 	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
@@ -86,26 +80,12 @@ type Reconciler struct {
 	// (approval.go).
 	approvals sync.Map
 
-	once    sync.Once
-	written sync.Map // breaker name -> version: this controller's last write to it
-	// closed notes the circuits this process closed as companions in
-	// another breaker's patch (breaker name -> closedNote), so that their
-	// windows close with the recovery's reason, not as closed externally.
-	closed sync.Map
-	// awaited: the breakers that have waited once for their
-	// configuration's watch to list (see awaitWatch).
-	awaited sync.Map
-	// targetWritten: the resourceVersion of this process's last write to
-	// each configuration (kind/name -> string), to tell whether its watch
-	// has caught up.
-	targetWritten sync.Map
-	// deferred: when each breaker's status write was first deferred
-	// (breaker name -> time.Time), to bound how long it waits.
-	deferred sync.Map
-	// targets serialises the writes to one webhook configuration: the
-	// breakers of its webhooks, opened by one outage, would otherwise race
-	// each other's patches and all but one be refused and retried.
-	targets sync.Map // kind/name -> *sync.Mutex
+	once sync.Once
+	// memory is what this process remembers of each breaker (memory.go).
+	memory memories
+	// configs is what it remembers of each target configuration: its
+	// write lock, and its own last write to it (memory.go).
+	configs sync.Map // kind/name -> *configMemory
 }
 
 // TargetSource serves reads of target configurations from their watches;
@@ -164,110 +144,6 @@ func (r *Reconciler) setDefaults() {
 	}
 }
 
-// targetLock is one configuration's write lock, and the breakers that
-// found it taken.
-type targetLock struct {
-	mu      sync.Mutex
-	held    bool
-	waiting map[string]struct{}
-}
-
-// lockTarget takes t's configuration's write lock for breaker, if it is
-// free, and returns its release; nil when another reconcile holds it. Then
-// breaker is queued again when the holder releases it: the worker serves
-// other breakers meanwhile instead of waiting, and nothing spins.
-func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
-	v, _ := r.targets.LoadOrStore(string(t.Kind)+"/"+t.ConfigurationName, &targetLock{waiting: map[string]struct{}{}})
-	l := v.(*targetLock)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held {
-		l.waiting[breaker] = struct{}{}
-		return nil
-	}
-	l.held = true
-	return func() {
-		l.mu.Lock()
-		l.held = false
-		waiting := l.waiting
-		l.waiting = map[string]struct{}{}
-		l.mu.Unlock()
-		for name := range waiting {
-			if r.Requeue != nil {
-				r.Requeue(name)
-			}
-		}
-	}
-}
-
-// watchCurrent reports whether b's target is served by a watch that has
-// shown this process's last write to it (or this process has written none):
-// a decision on it then needs no fresh read. One on a watch that lags
-// behind another breaker's patch a moment ago would be refused; one on a
-// watch that lags behind someone else's write is refused too, by the
-// resourceVersion every patch carries, and decided again.
-func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
-	t := b.Spec.Target
-	obj, found, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
-	if !cached || !found {
-		return false
-	}
-	v, ok := r.targetWritten.Load(string(t.Kind) + "/" + t.ConfigurationName)
-	return !ok || v.(string) == obj.GetResourceVersion()
-}
-
-// awaitWatch reports whether b should wait for its configuration's watch,
-// which has started but not listed yet, rather than read the configuration
-// from the API server: the list names b as changed when it is in (1,000
-// breakers created or a controller restarted at once would otherwise cost
-// 1,000 reads on top of the lists). Each breaker waits once, then reads: a
-// watch that cannot list (RBAC does not approve the configuration) must not
-// keep it from reporting why.
-func (r *Reconciler) awaitWatch(b *v1alpha1.WebhookCircuitBreaker) bool {
-	t := b.Spec.Target
-	if _, _, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName); cached {
-		r.awaited.Delete(b.Name)
-		return false
-	}
-	if !r.Targets.Listing(t.Kind, t.ConfigurationName) {
-		return false
-	}
-	_, waited := r.awaited.LoadOrStore(b.Name, true)
-	return !waited
-}
-
-// watchWait is how long a breaker waits for a watch (its configuration's
-// first list, or its own watch's event of this controller's last write)
-// before it reads from the API server, if the watch does not wake it first.
-const watchWait = 2 * time.Second
-
-// lockedRetry is when a breaker that found its configuration's lock taken
-// is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
-const lockedRetry = time.Second
-
-// version is a breaker's resourceVersion after this controller's last
-// write to it (or fresh read), and the one that write replaced.
-type version struct{ now, before string }
-
-// wrote remembers the breaker's resourceVersion after this controller wrote
-// it (before: its version until then) or read it fresh (before: empty).
-func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker, before string) {
-	r.written.Store(b.Name, version{now: b.ResourceVersion, before: before})
-}
-
-// lagging reports whether b, as read from the cache, is not the version this
-// controller last wrote: the cache has not caught up (or someone else wrote
-// since; either way, a fresh read is due before a decision that writes).
-// behind is set when the cache still shows the version that write
-// replaced: its watch event is on its way, and will queue b again.
-func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind bool) {
-	v, ok := r.written.Load(b.Name)
-	if !ok || v.(version).now == b.ResourceVersion {
-		return false, false
-	}
-	return true, v.(version).before == b.ResourceVersion
-}
-
 // SignalSource keeps the API server signal; *apisignal.Tracker implements it.
 type SignalSource interface {
 	Ensure(breaker string, s apisignal.Settings) error
@@ -277,158 +153,67 @@ type SignalSource interface {
 	Current(breaker string) (apisignal.Status, bool)
 }
 
-// observed is what one reconcile read.
-type observed struct {
-	cfg         *circuit.Configuration // nil when the configuration is missing
-	notApproved string                 // tripswitch may not read it: what to change
-	state       circuit.State
-	health      probe.Observation
-	signal      *apisignal.Status // nil: the API server signal is off
-	// ambiguous, when set, says why the signal cannot be told apart from
-	// another webhook's: it may not open the circuit on its own.
-	ambiguous string
-	// conflict, when set, is the older breaker that owns the same webhook.
-	conflict string
-	// trialCalls are the API server's calls in a running half-open trial.
-	trialCalls halfopen.Calls
-}
-
 // Reconcile reads a breaker and its target, decides, performs at most one
-// webhook write, and reports.
+// webhook write, and reports: observe, decide, act, top to bottom.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.setDefaults)
-	decision := r.Decisions.take(req.Name)
-	var b v1alpha1.WebhookCircuitBreaker
-	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Health.Stop(req.Name)
-			r.Signals.Stop(req.Name)
-			r.Metrics.forget(req.Name)
-			r.written.Delete(req.Name)
-			r.closed.Delete(req.Name)
-			r.deferred.Delete(req.Name)
-			r.awaited.Delete(req.Name)
-			r.Decisions.forget(req.Name)
-			r.Targets.Forget(req.Name)
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
-	}
-	if lag, behind := r.lagging(&b); lag {
-		// The watch has not shown this controller's last write to the
-		// breaker (its status or finalizer a moment ago): anything decided or
-		// written on this version would be refused. Unless a decision waits
-		// on it, wait for the watch's event of that write, which queues the
-		// breaker again (a thousand breakers written at once would otherwise
-		// cost a thousand reads); else read it fresh.
-		if behind && !decision {
-			return ctrl.Result{RequeueAfter: watchWait}, nil
-		}
-		if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
-			if apierrors.IsNotFound(err) {
-				return ctrl.Result{}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("get breaker %s: %w", req.Name, err)
-		}
-		r.wrote(&b, "")
+	// Observe: the breaker, fresh if the cache lags behind this process.
+	b, wait, err := r.readBreaker(ctx, req)
+	if b == nil || err != nil {
+		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
-		"target", string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, "webhook", b.Spec.Target.WebhookName))
+		"target", b.Spec.Target.ConfigurationKey(), "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
-	if deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) {
+	if deleting && !controllerutil.ContainsFinalizer(b, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if r.awaitWatch(&b) {
+	if r.awaitWatch(b) {
 		return ctrl.Result{RequeueAfter: watchWait}, nil
 	}
+	// Decide, on the target as its watch has it.
 	spec := b.Spec.Resolve()
-	obs, in, d, err := r.decide(ctx, &b, spec, deleting, false)
+	s, err := r.decide(ctx, b, spec, fromWatch)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	// The finalizer goes on once tripswitch may read the target, which is
 	// before it can write to it: a breaker it may not read holds nothing, and
 	// deleting it needs no controller.
-	if !deleting && !controllerutil.ContainsFinalizer(&b, Finalizer) && obs.notApproved == "" {
-		if err := r.patchFinalizer(ctx, &b, true); err != nil {
+	if !deleting && !controllerutil.ContainsFinalizer(b, Finalizer) && s.obs.NotApproved == "" {
+		if err := r.patchFinalizer(ctx, b, true); err != nil {
 			return r.retry(ctx, "breaker changed while its finalizer was added; retrying", err)
 		}
 		return ctrl.Result{}, nil
 	}
-	if d.Write != WriteNone {
+	if s.d.Write != policy.WriteNone {
 		// Before a write, decide again, with the configuration's write lock
-		// held: one writer per configuration at a time (the breakers of its
-		// webhooks, opened by one outage, would otherwise race each other's
-		// patches and all but one be refused), and never on a watch that has
-		// not yet shown this process's last write to it (another breaker's a
-		// moment ago): then the configuration is read fresh. A patch carries
-		// the resourceVersion it was decided on, so a writer outside this
+		// held (lockTarget), and never on a watch that has not yet shown
+		// this process's last write to it (another breaker's a moment ago):
+		// then the configuration is read fresh. A patch carries the
+		// resourceVersion it was decided on, so a writer outside this
 		// process makes it fail and be decided again.
 		unlock := r.lockTarget(b.Spec.Target, b.Name)
 		if unlock == nil {
-			retry := lockedRetry
-			if r.Requeue == nil {
-				retry = 20 * time.Millisecond
-			}
-			return ctrl.Result{RequeueAfter: retry}, nil
+			return ctrl.Result{RequeueAfter: r.lockedRetry()}, nil
 		}
 		defer unlock()
-		if obs, in, d, err = r.decide(ctx, &b, spec, deleting, !r.watchCurrent(&b)); err != nil {
+		if s, err = r.decide(ctx, b, spec, r.readFor(b)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	if d.Disarm != "" && d.Write != WriteNone && b.Status.DisarmedReason != d.Disarm {
-		// Remember the disarm before acting on the configuration: once the
-		// record is dropped, only the status says that a human overrode
-		// tripswitch during this outage, and a controller killed between
-		// the two writes must not re-open the webhook over them.
-		if err := r.persistDisarm(ctx, &b, d.Disarm); err != nil {
-			return r.retry(ctx, "breaker changed while its disarm was written; retrying", err)
-		}
+	// Act: write, report, requeue.
+	return r.act(ctx, b, spec, s)
+}
+
+// lockedRetry is when a breaker that found its configuration's lock taken
+// is looked at again if nothing wakes it: soon when nothing can (Requeue
+// unset).
+func (r *Reconciler) lockedRetry() time.Duration {
+	if r.Requeue == nil {
+		return 20 * time.Millisecond
 	}
-	var others []companion
-	if d.Write == WriteOpen || d.Write == WriteClose {
-		others = r.companions(ctx, &b, obs, d.Write)
-	}
-	after, writeErr := r.write(ctx, &b, obs, d, others)
-	if writeErr != nil && circuit.IsStale(writeErr) {
-		r.Metrics.conflict(b.Name)
-		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
-	}
-	o := outcome{in: in, d: d, obs: obs, after: after, writeErr: writeErr, now: metav1.NewTime(r.Clock.Now().Truncate(time.Second))}
-	if v, ok := r.closed.Load(b.Name); ok {
-		note := v.(closedNote)
-		o.closedBy = &note
-	}
-	deferred, err := r.report(ctx, &b, o)
-	if err != nil {
-		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
-	}
-	if deferred {
-		// Decisions are waiting: this status goes after them.
-		return ctrl.Result{RequeueAfter: reportDelay, Priority: new(priorityReport)}, nil
-	}
-	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
-		return ctrl.Result{}, writeErr
-	}
-	if auditrun.Due(&b) {
-		r.Audits.Request(b.Name)
-	}
-	if d.ReleaseFinalizer && writeErr == nil {
-		r.Health.Stop(b.Name)
-		r.Targets.Forget(b.Name)
-		r.event(&b, "Normal", ReasonFinalizerReleased, "Delete", d.Message)
-		if err := r.patchFinalizer(ctx, &b, false); err != nil {
-			return r.retry(ctx, "breaker changed while its finalizer was released; retrying", err)
-		}
-		return ctrl.Result{}, nil
-	}
-	// Looks again later are routine (priority 0), whatever brought this one.
-	if obs.cfg == nil || deleting {
-		// Nothing is probed, so nothing else triggers a look at the target.
-		return ctrl.Result{RequeueAfter: spec.Probe.Interval, Priority: new(0)}, nil
-	}
-	return ctrl.Result{RequeueAfter: r.trialRecheck(d, resync), Priority: new(0)}, nil
+	return lockedRetry
 }
 
 // expectedRetry is how soon an expected race is retried.
@@ -448,559 +233,4 @@ func (r *Reconciler) retry(ctx context.Context, msg string, err error) (ctrl.Res
 		return ctrl.Result{RequeueAfter: expectedRetry}, nil
 	}
 	return ctrl.Result{}, err
-}
-
-// decide is one step of reading and deciding: observe, gather the input,
-// Decide. fresh reads the target from the API server rather than its watch.
-func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, Input, Decision, error) {
-	obs, err := r.observe(ctx, b, spec, deleting, fresh)
-	if err != nil {
-		return obs, Input{}, Decision{}, err
-	}
-	in := r.input(b, spec, obs, deleting)
-	return obs, in, Decide(in), nil
-}
-
-// observe reads the target, from its watch when it has synced (and fresh
-// is false) or from the API server, and the health the monitor and the API
-// server signal have gathered.
-func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, deleting, fresh bool) (observed, error) {
-	var obs observed
-	if winner, err := r.conflictWinner(ctx, b); err != nil {
-		return obs, err
-	} else {
-		obs.conflict = winner
-	}
-	t := b.Spec.Target
-	var obj client.Object
-	found, cached := false, false
-	if !fresh {
-		obj, found, cached = r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
-	}
-	if !cached {
-		var err error
-		if obj, err = circuit.NewObject(t.Kind); err != nil {
-			return obs, err
-		}
-		err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
-		if apierrors.IsForbidden(err) {
-			obs.notApproved = r.notApproved(ctx, t)
-			obs.state = circuit.State{Index: -1}
-			return obs, nil
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			return obs, fmt.Errorf("get %s %s: %w", t.Kind, t.ConfigurationName, err)
-		}
-		found = err == nil
-	}
-	if !found {
-		obs.state = circuit.State{Index: -1}
-		return obs, nil
-	}
-	var err error
-	if obs.cfg, err = circuit.View(obj); err != nil {
-		return obs, err
-	}
-	obs.state = circuit.Inspect(obs.cfg, b.Spec.Target.WebhookName)
-	if obs.state.Index >= 0 && !deleting {
-		settings := probeSettings(spec.Probe, obs.state.Webhook)
-		if spec.Probe.Endpoints {
-			if svc := obs.state.Webhook.ClientConfig.Service; svc != nil {
-				eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
-				settings.Target.Endpoints = eps
-				if err != nil {
-					settings.Target.EndpointsErr = err.Error()
-				}
-			}
-		}
-		r.Health.Ensure(b.Name, settings)
-	}
-	obs.health, _ = r.Health.Observe(b.Name)
-	obs.signal = r.observeSignal(b, spec, obs, deleting)
-	if obs.signal != nil {
-		obs.ambiguous = r.signalAmbiguity(ctx, b)
-	}
-	if obs.state.InTrial() {
-		obs.trialCalls = r.trialCalls(b.Name, obs)
-	}
-	return obs, nil
-}
-
-// signalAmbiguity reports another breaker that names a webhook of the same
-// name and type in another configuration: the API server's metrics key
-// webhooks by name and type only, so the two signals are one.
-func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
-	t := b.Spec.Target
-	list, err := r.named(ctx, WebhookIndexField, SignalKey(t))
-	if err != nil {
-		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", t.WebhookName, err)
-	}
-	for _, o := range list {
-		if ot := o.Spec.Target; o.Name != b.Name && ot.ConfigurationName != t.ConfigurationName {
-			return fmt.Sprintf("breaker %s names a webhook %s in %s %s too; the API server counts calls by webhook name and type, "+
-				"so the signal cannot tell the two apart and does not open this circuit on its own (the probes still do)",
-				o.Name, t.WebhookName, ot.Kind, ot.ConfigurationName)
-		}
-	}
-	return ""
-}
-
-// observeSignal keeps the API server signal of a breaker that enabled it.
-func (r *Reconciler) observeSignal(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) *apisignal.Status {
-	sig := spec.Signal
-	if sig == nil || deleting || obs.state.Index < 0 {
-		r.Signals.Stop(b.Name)
-		return nil
-	}
-	settings := apisignal.Settings{Webhook: apisignal.Webhook{Name: b.Spec.Target.WebhookName, Type: circuit.MetricType(b.Spec.Target.Kind)},
-		Window: sig.Window, MinimumCalls: int(sig.MinimumCalls), FailureRateThreshold: float64(sig.FailureRateThreshold)}
-	if rec := obs.state.Record; rec != nil && rec.Trial != nil {
-		settings.From = rec.Trial.StartedAt.Time // a trial counts its own calls only
-	}
-	if err := r.Signals.Ensure(b.Name, settings); err != nil {
-		return &apisignal.Status{FailureRate: -1, Message: err.Error()}
-	}
-	st, ok := r.Signals.Observe(b.Name)
-	if !ok {
-		return nil
-	}
-	return &st
-}
-
-func (r *Reconciler) input(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs observed, deleting bool) Input {
-	verdict := obs.health.Verdict
-	if verdict == "" {
-		verdict = probe.VerdictPending // no probe yet
-	}
-	in := Input{
-		Mode:        spec.Mode,
-		Action:      spec.Action,
-		BreakerUID:  b.UID,
-		Deleting:    deleting,
-		TargetFound: obs.cfg != nil && obs.state.Index >= 0,
-		State:       obs.state,
-		Health: Health{
-			Verdict:  verdict,
-			Failures: obs.health.ConsecutiveFailures, Successes: obs.health.ConsecutiveSuccesses,
-			LastReason: obs.health.Last.Reason,
-		},
-		ProbeUnknown:     obs.health.Last.Status == probe.Unknown,
-		APIServerFailing: obs.signal != nil && obs.signal.Failing && obs.ambiguous == "",
-		ProbeReason:      obs.health.Last.Reason,
-		Disarmed:         b.Status.DisarmedReason != "" && !rearmRequested(b),
-		NotApproved:      obs.notApproved,
-		EverRead:         b.Status.TargetUID != "",
-		ConflictWinner:   obs.conflict,
-	}
-	if in.APIServerFailing {
-		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.signal.FailureRate, obs.signal.Failures, obs.signal.Calls)
-	}
-	if obs.cfg != nil && obs.cfg.Object.GetUID() == b.Status.TargetUID {
-		in.Mirror = b.Status.Record
-	}
-	in.Trial = r.trialVerdict(spec, obs)
-	return in
-}
-
-// closedNote is a circuit this process closed whose breaker's status does
-// not show it yet (a companion closed in another breaker's patch, or a
-// status write deferred): the record's openedAt, the breaker's own reason,
-// and when.
-type closedNote struct {
-	openedAt metav1.Time
-	reason   string
-	at       metav1.Time
-}
-
-// companion is another breaker of the same configuration whose circuit
-// opens (or closes) in the same patch.
-type companion struct {
-	b     *v1alpha1.WebhookCircuitBreaker
-	d     Decision
-	state circuit.State // its webhook as read
-}
-
-// companions are the other breakers of b's configuration that make the same
-// write now, each decided exactly as its own reconcile would decide on the
-// configuration just read with the lock held (its fresh breaker, its own
-// probes; without its API server signal, which can only open more and keep
-// open longer, so a companion never opens or closes earlier than its own
-// reconcile would): one outage trips a configuration's breakers together,
-// one recovery heals them together, and one patch then writes them all
-// instead of each in turn behind the lock. A breaker its own reconcile
-// would not write now, or could not (no finalizer yet, being deleted, a
-// Bypass that cannot apply, a change no longer intact), is left to it.
-func (r *Reconciler) companions(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, write Write) []companion {
-	t := b.Spec.Target
-	if obs.cfg == nil {
-		return nil
-	}
-	var out []companion
-	for _, name := range r.Targets.Users(t.Kind, t.ConfigurationName) {
-		if name == b.Name {
-			continue
-		}
-		o := &v1alpha1.WebhookCircuitBreaker{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
-			continue
-		}
-		if lag, _ := r.lagging(o); lag {
-			if err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, o); err != nil {
-				continue
-			}
-		}
-		ot := o.Spec.Target
-		if ot.Kind != t.Kind || ot.ConfigurationName != t.ConfigurationName || ot.WebhookName == t.WebhookName ||
-			!o.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(o, Finalizer) {
-			continue
-		}
-		obsO := observed{cfg: obs.cfg, state: circuit.Inspect(obs.cfg, ot.WebhookName)}
-		if obsO.state.Index < 0 {
-			continue
-		}
-		if w, err := r.conflictWinner(ctx, o); err != nil || w != "" {
-			continue // conflicted: never opened, in its own patch or another's
-		}
-		var ok bool
-		if obsO.health, ok = r.Health.Observe(o.Name); !ok {
-			continue
-		}
-		spec := o.Spec.Resolve()
-		if write == WriteClose && spec.Signal != nil {
-			continue // its signal may still hold it open
-		}
-		d := Decide(r.input(o, spec, obsO, false))
-		if d.Write != write {
-			continue
-		}
-		var err error
-		if write == WriteOpen {
-			_, _, err = circuit.OpenPatch(obs.cfg, ot.WebhookName, v1alpha1.CircuitRecord{Breaker: o.Name, BreakerUID: o.UID, Action: d.Action})
-		} else {
-			_, err = circuit.ClosePatch(obs.cfg, ot.WebhookName, obsO.state.Record)
-		}
-		if err != nil {
-			continue
-		}
-		out = append(out, companion{b: o, d: d, state: obsO.state})
-	}
-	return out
-}
-
-// write performs the decision's one write and returns the state it left.
-// An open also opens the companions' circuits, in the same patch.
-func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, obs observed, d Decision, others []companion) (circuit.State, error) {
-	if d.Write == WriteNone {
-		return obs.state, nil
-	}
-	w := circuit.Writer{Client: r.Client}
-	webhook := b.Spec.Target.WebhookName
-	var err error
-	switch d.Write {
-	case WriteOpen:
-		at := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-		recs := []v1alpha1.CircuitRecord{{Webhook: webhook, Breaker: b.Name, BreakerUID: b.UID, Action: d.Action, OpenedAt: at, Reason: d.Message}}
-		for _, c := range others {
-			recs = append(recs, v1alpha1.CircuitRecord{Webhook: c.b.Spec.Target.WebhookName, Breaker: c.b.Name, BreakerUID: c.b.UID,
-				Action: c.d.Action, OpenedAt: at, Reason: c.d.Message})
-		}
-		_, err = w.OpenAll(ctx, obs.cfg, recs)
-	case WriteClose:
-		if obs.state.Record == nil {
-			return obs.state, fmt.Errorf("close webhook %s: no record", webhook)
-		}
-		own := *obs.state.Record
-		own.Webhook = webhook
-		recs := []v1alpha1.CircuitRecord{own}
-		for _, c := range others {
-			rec := *c.state.Record
-			rec.Webhook = c.b.Spec.Target.WebhookName
-			recs = append(recs, rec)
-		}
-		err = w.CloseAll(ctx, obs.cfg, recs)
-	case WriteDrop:
-		err = w.Drop(ctx, obs.cfg, webhook)
-	case WriteTrial, WriteEndTrial:
-		err = r.writeTrial(ctx, b, obs, d)
-	}
-	if err != nil {
-		return obs.state, err
-	}
-	r.targetWritten.Store(string(b.Spec.Target.Kind)+"/"+b.Spec.Target.ConfigurationName, obs.cfg.Object.GetResourceVersion())
-	after := circuit.Inspect(obs.cfg, webhook)
-	var openFor time.Duration
-	if d.Write != WriteOpen && obs.state.Record != nil {
-		openFor = r.Clock.Since(obs.state.Record.OpenedAt.Time)
-	}
-	if d.Write == WriteTrial || d.Write == WriteEndTrial {
-		openFor = 0 // the circuit stays open
-	}
-	r.Metrics.transition(b.Name, d.Write, d.Reason, openFor)
-	r.trialReported(b, d)
-	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-	if d.Write == WriteClose {
-		// Should its status write be deferred, the window still closes with this reason and time.
-		r.closed.Store(b.Name, closedNote{openedAt: obs.state.Record.OpenedAt, reason: d.Reason, at: now})
-	}
-	log.FromContext(ctx).Info("wrote webhook configuration", "write", d.Write, "reason", d.Reason, "message", d.Message)
-	switch d.Write {
-	case WriteOpen:
-		// Requests are now admitted without this webhook: a Warning.
-		r.event(b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s: %s", d.Reason, d.Action, webhook, d.Message)
-	case WriteClose:
-		r.event(b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s: %s", d.Reason, webhook, d.Message)
-	}
-	for _, c := range others {
-		cw := c.b.Spec.Target.WebhookName
-		var openFor time.Duration
-		if d.Write == WriteClose {
-			openFor = r.Clock.Since(c.state.Record.OpenedAt.Time)
-		}
-		r.Metrics.transition(c.b.Name, d.Write, c.d.Reason, openFor)
-		if d.Write == WriteClose {
-			r.closed.Store(c.b.Name, closedNote{openedAt: c.state.Record.OpenedAt, reason: c.d.Reason, at: now})
-		}
-		log.FromContext(ctx).Info("wrote a companion's circuit in the same patch", "write", d.Write, "companion", c.b.Name,
-			"companionWebhook", cw, "reason", c.d.Reason, "message", c.d.Message)
-		if d.Write == WriteOpen {
-			r.event(c.b, "Warning", "CircuitOpened", "Open", "%s: set %s on webhook %s (in %s's patch): %s", c.d.Reason, c.d.Action, cw, b.Name, c.d.Message)
-		} else {
-			r.event(c.b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s (in %s's patch): %s", c.d.Reason, cw, b.Name, c.d.Message)
-		}
-		if r.Requeue != nil {
-			r.Requeue(c.b.Name) // its status mirrors what it now has
-		}
-	}
-	return after, nil
-}
-
-func (r *Reconciler) event(b *v1alpha1.WebhookCircuitBreaker, typ, reason, action, note string, args ...any) {
-	r.Recorder.Eventf(b, nil, typ, reason, action, note, args...)
-}
-
-// patchFinalizer adds or removes the finalizer with an optimistic lock, so a
-// concurrent spec change makes it retry rather than be overwritten.
-func (r *Reconciler) patchFinalizer(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, add bool) error {
-	base := b.DeepCopy()
-	before := b.ResourceVersion
-	if add {
-		controllerutil.AddFinalizer(b, Finalizer)
-	} else {
-		controllerutil.RemoveFinalizer(b, Finalizer)
-	}
-	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("update finalizer of breaker %s: %w", b.Name, err)
-	}
-	r.wrote(b, before)
-	return nil
-}
-
-// persistDisarm writes the disarm alone to b's status, with an optimistic
-// lock; the report that follows the write writes the rest.
-func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, reason string) error {
-	base := b.DeepCopy()
-	before := b.ResourceVersion
-	b.Status.DisarmedReason = reason
-	if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("write the disarm of breaker %s: %w", b.Name, err)
-	}
-	r.wrote(b, before)
-	return nil
-}
-
-func rearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
-	v := b.Annotations[RearmAnnotation]
-	return v != "" && v != b.Status.ObservedRearm
-}
-
-// report writes the status if it changed, and emits events for refusals the
-// first time they happen; deferred when the write waits for decisions (see
-// deferReport).
-func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o outcome) (deferred bool, err error) {
-	d := o.d
-	status := computeStatus(b, o)
-	r.Metrics.setOpen(b.Name, status.State == v1alpha1.StateOpen)
-	r.Decisions.setOpen(b.Name, status.State == v1alpha1.StateOpen)
-	if r.deferReport(b, o, status) {
-		r.Metrics.deferredReport()
-		return true, nil
-	}
-	r.deferred.Delete(b.Name)
-	r.emitConditionEvents(b, status)
-	if d.Refused {
-		// A refusal that leaves the breaker Ready: report it once, when it starts.
-		if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); prev == nil || prev.Reason != d.Reason {
-			r.event(b, "Normal", d.Reason, "Refuse", "%s", d.Message)
-		}
-	}
-	if status.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {
-		r.event(b, "Warning", ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
-			b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, status.TargetUID, b.Status.TargetUID)
-	}
-	if rearmRequested(b) {
-		r.event(b, "Normal", ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", RearmAnnotation, b.Annotations[RearmAnnotation])
-	}
-	if equality.Semantic.DeepEqual(status, b.Status) {
-		r.forgetClosed(b.Name, status)
-		return false, nil
-	}
-	before := b.ResourceVersion
-	b.Status = status
-	if err := r.Client.Status().Update(ctx, b); err != nil {
-		return false, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
-	}
-	r.wrote(b, before)
-	r.forgetClosed(b.Name, status)
-	return false, nil
-}
-
-// forgetClosed drops breaker's closedNote once status shows the window closed.
-func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
-	if v, ok := r.closed.Load(breaker); ok {
-		n := v.(closedNote)
-		if status.Record == nil || !status.Record.OpenedAt.Equal(&n.openedAt) {
-			r.closed.Delete(breaker)
-		}
-	}
-}
-
-// reportDelay is how soon a deferred status write is looked at again; it
-// runs then only if no decision is queued (it is queued at priorityReport).
-const reportDelay = 100 * time.Millisecond
-
-// maxReportDelay bounds how long a breaker's status write is deferred.
-const maxReportDelay = 30 * time.Second
-
-// deferReport reports whether b's status write waits because more breakers
-// are queued for decisions than the workers serve at once: in a storm
-// (every webhook failing at once) the writes that open and close circuits go
-// first, and the status of each breaker follows when they are done. Only a write that loses nothing by
-// waiting is deferred: the circuit's truth is its record on the
-// configuration, written already, and the status mirrors it later (with the
-// record's times, and a close's reason kept in memory); a decision that
-// must be remembered in the status (a disarm or re-arm, an external change,
-// a refusal, a failed write, a recreated target) is written at once, as
-// is any status deferred for maxReportDelay.
-func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
-	d := o.d
-	if !r.Decisions.backlog() || d.Disarm != "" || d.Rearm || d.ExternalChange || d.Refused || d.ReleaseFinalizer ||
-		o.writeErr != nil || rearmRequested(b) || o.obs.notApproved != "" || status.TargetUID != b.Status.TargetUID ||
-		equality.Semantic.DeepEqual(status, b.Status) {
-		return false
-	}
-	now := r.Clock.Now()
-	first, _ := r.deferred.LoadOrStore(b.Name, now)
-	return now.Sub(first.(time.Time)) < maxReportDelay
-}
-
-// Decisions counts the breakers queued because a probe verdict may make
-// them write: an Unhealthy verdict (it may open the circuit), or a Healthy
-// one while the breaker holds its circuit open (it may close it). A Healthy
-// verdict on a closed circuit writes nothing but a status: a thousand new
-// breakers turning healthy are no storm. The zero value is ready; a nil
-// *Decisions counts none.
-type Decisions struct {
-	// Workers is how many reconciles run at once: status writes wait only
-	// while more decisions are queued than that, when a decision would
-	// otherwise wait for a worker. Zero: while any is queued.
-	Workers int
-
-	mu      sync.Mutex
-	waiting map[string]struct{}
-	open    map[string]bool // breakers whose last reconcile left their circuit open
-}
-
-// Verdict records a probe verdict of breaker reaching its threshold, and
-// reports whether it is queued as a decision (see Decisions).
-func (q *Decisions) Verdict(breaker string, unhealthy bool) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !unhealthy && !q.open[breaker] {
-		return false
-	}
-	if q.waiting == nil {
-		q.waiting = map[string]struct{}{}
-	}
-	q.waiting[breaker] = struct{}{}
-	return true
-}
-
-// setOpen records whether breaker's circuit is open.
-func (q *Decisions) setOpen(breaker string, open bool) {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.open == nil {
-		q.open = map[string]bool{}
-	}
-	if open {
-		q.open[breaker] = true
-	} else {
-		delete(q.open, breaker)
-	}
-}
-
-// forget drops a deleted breaker.
-func (q *Decisions) forget(breaker string) {
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.waiting, breaker)
-	delete(q.open, breaker)
-}
-
-// backlog reports whether more decisions wait than there are workers.
-func (q *Decisions) backlog() bool {
-	if q == nil {
-		return false
-	}
-	return q.Waiting() > q.Workers
-}
-
-// take records that breaker's reconcile has started, and reports whether
-// it was queued as a decision.
-func (q *Decisions) take(breaker string) bool {
-	if q == nil {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, ok := q.waiting[breaker]
-	delete(q.waiting, breaker)
-	return ok
-}
-
-// Waiting is how many breakers are queued for a decision whose reconcile
-// has not started.
-func (q *Decisions) Waiting() int {
-	if q == nil {
-		return 0
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiting)
-}
-
-func isCannotBypass(err error) bool { return errors.Is(err, circuit.ErrCannotBypass) }
-
-// emitConditionEvents reports refusals and findings once, when their condition
-// first turns up, not on every reconcile. A disarm is one of them: Ready turns
-// False with reason Disarmed and the message says how it re-arms.
-func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved} {
-		c := meta.FindStatusCondition(next.Conditions, typ)
-		if c == nil {
-			continue
-		}
-		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal)
-		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
-			continue
-		}
-		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
-	}
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
@@ -101,8 +101,8 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	b.settle(r, name)
 	got := b.getBreaker(name)
 	if ambiguous {
-		c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionAPIServerSignal)
-		if got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != controller.ReasonSignalAmbiguous || !strings.Contains(c.Message, name+"-twin") {
+		c := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionAPIServerSignal)
+		if got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != policy.ReasonSignalAmbiguous || !strings.Contains(c.Message, name+"-twin") {
 			t.Fatalf("state %s, APIServerSignal %+v: want Closed and the ambiguity named", got.Status.State, c)
 		}
 		if a := got.Status.APIServer; a == nil || !a.Failing {
@@ -156,8 +156,8 @@ func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
 	tracker.Scrape(b.ctx)
 	b.settle(r, name)
 	got := b.getBreaker(name)
-	c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionAPIServerSignal)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != controller.ReasonSignalUnreadable {
+	c := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionAPIServerSignal)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != policy.ReasonSignalUnreadable {
 		t.Fatalf("condition %+v, want APIServerSignal False (Unreadable)", c)
 	}
 	for _, want := range []string{"/metrics", "apiServerSignal.enabled=true", "config/apiserver-signal"} {
@@ -165,7 +165,7 @@ func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
 			t.Errorf("message %q does not name %q", c.Message, want)
 		}
 	}
-	if ready := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+	if ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v: the probes still work, the breaker can still act", ready)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -25,7 +25,7 @@ func TestBreakersOfOneConfigurationDoNotRefuseEachOther(t *testing.T) {
 	first := b.createBreaker(b.cfg+"-a", nil)
 	second := b.createBreaker(b.cfg+"-b", func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.WebhookName = other })
 	reg := prometheus.NewRegistry()
-	m, err := controller.NewMetrics(reg)
+	m, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -103,7 +103,7 @@ func (c *checker) approval(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 // run where the controller runs), and, with a Prober, one probe from here.
 func (c *checker) probe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, cfg *circuit.Configuration, add addFunc) {
 	st := b.Status
-	switch pu := meta.FindStatusCondition(st.Conditions, controller.ConditionProbeUnsupported); {
+	switch pu := meta.FindStatusCondition(st.Conditions, policy.ConditionProbeUnsupported); {
 	case pu != nil && pu.Status == metav1.ConditionTrue:
 		add(CheckProbe, Problem, "the controller cannot probe the webhook, so it can neither open nor close the circuit: %s", pu.Message)
 	case st.Probe.LastResult == string(probe.Healthy):

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -137,7 +137,7 @@ type checker struct {
 
 func (c *checker) breaker(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) Breaker {
 	t := b.Spec.Target
-	out := Breaker{Name: b.Name, Target: string(t.Kind) + "/" + t.ConfigurationName + "/" + t.WebhookName}
+	out := Breaker{Name: b.Name, Target: t.Key()}
 	add := func(check string, r Result, format string, args ...any) {
 		out.Findings = append(out.Findings, Finding{Check: check, Result: r, Message: fmt.Sprintf(format, args...)})
 	}
@@ -166,7 +166,7 @@ func (c *checker) target(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 	switch err := c.Client.Get(ctx, client.ObjectKey{Name: t.ConfigurationName}, obj); {
 	case apierrors.IsNotFound(err):
 		msg := fmt.Sprintf("%s %s not found: spec.target.configurationName names no configuration", t.Kind, t.ConfigurationName)
-		if near := controller.NearestName(t.ConfigurationName, c.existing(ctx, t.Kind)); near != "" {
+		if near := policy.NearestName(t.ConfigurationName, c.existing(ctx, t.Kind)); near != "" {
 			msg += fmt.Sprintf("; did you mean %s? (the target is immutable: recreate the breaker with that name)", near)
 		}
 		add(CheckTarget, Problem, "%s", msg)
@@ -211,16 +211,16 @@ func (c *checker) existing(ctx context.Context, kind v1alpha1.TargetKind) []stri
 
 // conflict: another breaker names the same webhook.
 func (c *checker) conflict(b *v1alpha1.WebhookCircuitBreaker, add addFunc) {
-	key := controller.TargetKey(b.Spec.Target)
+	key := b.Spec.Target.Key()
 	var peers []v1alpha1.WebhookCircuitBreaker
 	var names []string
 	for _, o := range c.all {
-		if o.Name != b.Name && controller.TargetKey(o.Spec.Target) == key {
+		if o.Name != b.Name && o.Spec.Target.Key() == key {
 			peers = append(peers, o)
 			names = append(names, o.Name)
 		}
 	}
-	switch winner := controller.Winner(b, peers); {
+	switch winner := policy.Winner(b, peers); {
 	case len(peers) == 0:
 		add(CheckConflict, OK, "no other breaker names this webhook")
 	case winner != "":

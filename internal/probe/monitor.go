@@ -378,8 +378,8 @@ type Change int
 
 // Changes, from least to most.
 const (
-	// NoChange: at most a count moved below its threshold.
-	NoChange Change = iota
+	// Unchanged: at most a count moved below its threshold.
+	Unchanged Change = iota
 	// ReportChange: something a report shows changed, but nothing a decision
 	// to write acts on: a verdict falling back to Pending (one failed probe
 	// of a healthy webhook), the webhook becoming or ceasing to be
@@ -414,5 +414,5 @@ func Compare(prev, next Observation) Change {
 		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late || prev.Starved != next.Starved {
 		return ReportChange
 	}
-	return NoChange
+	return Unchanged
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 )
 
 // exported returns the metric names the controller registers, with the
@@ -24,7 +24,7 @@ import (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	ch := make(chan *prometheus.Desc, 64)
-	if _, err := controller.NewMetrics(describing{ch}); err != nil {
+	if _, err := metrics.New(describing{ch}); err != nil {
 		t.Fatal(err)
 	}
 	close(ch)

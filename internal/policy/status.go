@@ -1,6 +1,7 @@
-package controller
+package policy
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,7 +11,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // Condition types.
@@ -33,49 +33,21 @@ const (
 	ConditionAPIServerSignal = "APIServerSignal"
 )
 
-// maxHistory bounds status.history (the CRD enforces the same).
-const maxHistory = 20
-
-// probeSettings are the monitor's settings for the breaker's webhook w.
-func probeSettings(p v1alpha1.ResolvedProbe, w circuit.Webhook) probe.Settings {
-	return probe.Settings{
-		Target: probe.Target{
-			ClientConfig: w.ClientConfig, Kind: p.Kind, HealthPath: p.HealthPath,
-			Timeout: p.Timeout, ReviewVersions: w.ReviewVersions, EndpointMode: p.Endpoints,
-		},
-		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
-	}
-}
-
-// outcome is what one reconcile read, decided and wrote: everything the
-// next status is derived from.
-type outcome struct {
-	in       Input
-	d        Decision
-	obs      observed
-	after    circuit.State // the circuit as the write left it
-	writeErr error
-	now      metav1.Time
-	// closedBy, if set, is this breaker's circuit closed in another
-	// breaker's patch.
-	closedBy *closedNote
-}
-
 // ours is the record the write left on the webhook, if it is this breaker's.
-func (o outcome) ours(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.CircuitRecord {
-	if r := o.after.Record; r != nil && r.BreakerUID == b.UID {
+func (o Outcome) ours(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.CircuitRecord {
+	if r := o.After.Record; r != nil && r.BreakerUID == b.UID {
 		return r
 	}
 	return nil
 }
 
-// computeStatus derives the next status from what was read, decided and
+// NextStatus derives the next status from what was read, decided and
 // written. The webhook's record is the truth; the status only mirrors it.
-func computeStatus(b *v1alpha1.WebhookCircuitBreaker, o outcome) v1alpha1.WebhookCircuitBreakerStatus {
+func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCircuitBreakerStatus {
 	s := *b.Status.DeepCopy()
 	s.ObservedGeneration = b.Generation
 	s.Target = b.Spec.Target.ConfigurationName + "/" + b.Spec.Target.WebhookName
-	if o.obs.notApproved != "" {
+	if o.Observed.NotApproved != "" {
 		// Unreadable, not gone: what the status last mirrored stays, since
 		// the change may still be on the webhook.
 		return notApprovedStatus(s, b, o)
@@ -89,16 +61,16 @@ func computeStatus(b *v1alpha1.WebhookCircuitBreaker, o outcome) v1alpha1.Webhoo
 
 // notApprovedStatus is the status of a breaker whose target tripswitch may
 // not read: Unknown, not Ready, and what to change.
-func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome) v1alpha1.WebhookCircuitBreakerStatus {
+func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCircuitBreakerStatus {
 	if s.State != v1alpha1.StateUnknown {
 		s.State = v1alpha1.StateUnknown
-		s.LastTransitionTime = &o.now
+		s.LastTransitionTime = &o.Now
 	}
 	for _, c := range []metav1.Condition{
-		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.d.Message},
-		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.obs.notApproved},
+		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Decision.Message},
+		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Observed.NotApproved},
 	} {
-		c.ObservedGeneration, c.LastTransitionTime = b.Generation, o.now
+		c.ObservedGeneration, c.LastTransitionTime = b.Generation, o.Now
 		meta.SetStatusCondition(&s.Conditions, c)
 	}
 	return s
@@ -107,18 +79,18 @@ func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.Webho
 // mirrorRecord makes the status's record and history follow the record on
 // the webhook. The record lives and dies with the configuration: one that
 // is gone, or was recreated (new UID), carries no record of ours.
-func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o outcome, ours *v1alpha1.CircuitRecord) {
+func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1.CircuitRecord) {
 	switch {
-	case o.obs.cfg == nil:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetGone, o.now)
+	case o.Observed.Config == nil:
+		updateHistory(s, s.Record, nil, ReasonTargetGone, o.Now)
 		s.Record = nil
-	case o.obs.cfg.Object.GetUID() != s.TargetUID:
-		s.History = updateHistory(s.History, s.Record, nil, ReasonTargetRecreated, o.now)
+	case o.Observed.Config.Object.GetUID() != s.TargetUID:
+		updateHistory(s, s.Record, nil, ReasonTargetRecreated, o.Now)
 		s.Record = nil
-		s.TargetUID = o.obs.cfg.Object.GetUID()
+		s.TargetUID = o.Observed.Config.Object.GetUID()
 	}
-	if o.in.TargetFound && o.after.RecordErr == nil {
-		s.History = updateHistory(s.History, s.Record, ours, closeReason(s.Record, o.in.State.Record, o.d, o.closedBy), closedAt(s.Record, o))
+	if o.Input.TargetFound && o.After.RecordErr == nil {
+		updateHistory(s, s.Record, ours, closeReason(s.Record, o.Input.State.Record, o.Decision, o.ClosedBy), closedAt(s.Record, o))
 		s.Record = ours
 	}
 }
@@ -126,18 +98,18 @@ func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o outcome, ours *v1al
 // closedAt is when the window of the record the status mirrored closed:
 // when this process closed it, if it did and the status shows it only now
 // (a companion's close, or a deferred status write); else now.
-func closedAt(mirrored *v1alpha1.CircuitRecord, o outcome) metav1.Time {
-	if n := o.closedBy; mirrored != nil && n != nil && mirrored.OpenedAt.Equal(&n.openedAt) && !n.at.IsZero() {
-		return n.at
+func closedAt(mirrored *v1alpha1.CircuitRecord, o Outcome) metav1.Time {
+	if n := o.ClosedBy; mirrored != nil && n != nil && mirrored.OpenedAt.Equal(&n.OpenedAt) && !n.At.IsZero() {
+		return n.At
 	}
-	return o.now
+	return o.Now
 }
 
 // setState sets what an operator reads at a glance, and the numbers behind
 // it: the state, the disarm, the probe's counts and the API server signal.
-func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome, ours *v1alpha1.CircuitRecord) {
+func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome, ours *v1alpha1.CircuitRecord) {
 	s.APIServer = nil
-	if sig := o.obs.signal; sig != nil {
+	if sig := o.Observed.Signal; sig != nil {
 		s.APIServer = &v1alpha1.APIServerSignalStatus{Failing: sig.Failing, FailureRatePercent: int32(sig.FailureRate),
 			Calls: sig.Calls, Failures: sig.Failures, Message: sig.Message}
 		if !sig.At.IsZero() {
@@ -145,14 +117,14 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 			s.APIServer.ObservedAt = &at
 		}
 	}
-	if rearmRequested(b) {
+	if RearmRequested(b) {
 		s.ObservedRearm = b.Annotations[RearmAnnotation]
 		s.DisarmedReason = ""
 	}
 	switch {
-	case o.d.Disarm != "":
-		s.DisarmedReason = o.d.Disarm
-	case o.d.Rearm:
+	case o.Decision.Disarm != "":
+		s.DisarmedReason = o.Decision.Disarm
+	case o.Decision.Rearm:
 		s.DisarmedReason = ""
 	}
 	// Open while tripswitch holds a change; Unknown when it cannot tell or
@@ -162,7 +134,7 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 	switch {
 	case ours != nil:
 		state = v1alpha1.StateOpen
-	case o.d.Blocked:
+	case o.Decision.Blocked:
 		state = v1alpha1.StateUnknown
 	case s.DisarmedReason != "":
 		state = v1alpha1.StateDisarmed
@@ -170,7 +142,7 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 	if state != s.State {
 		// When it happened, if this status write comes later (a deferred
 		// write, or a companion's circuit written in another's patch).
-		at := o.now
+		at := o.Now
 		switch {
 		case state == v1alpha1.StateOpen:
 			at = ours.OpenedAt
@@ -181,7 +153,7 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 		s.LastTransitionTime = &at
 	}
 	s.Trial = trialStatus(o, ours)
-	h := o.obs.health
+	h := o.Observed.Health
 	s.Probe = v1alpha1.ProbeStatus{
 		ConsecutiveFailures:  h.ConsecutiveFailures,
 		ConsecutiveSuccesses: h.ConsecutiveSuccesses,
@@ -195,20 +167,14 @@ func setState(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 }
 
 // setConditions sets the conditions from the outcome and the state.
-func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o outcome, ours *v1alpha1.CircuitRecord) {
-	in, d := o.in, o.d
-	set := func(typ string, ok bool, reason, msg string) {
-		st := metav1.ConditionFalse
-		if ok {
-			st = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: b.Generation, LastTransitionTime: o.now})
-	}
+func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome, ours *v1alpha1.CircuitRecord) {
+	in, d := o.Input, o.Decision
+	set := setter(s, b, o)
 	switch {
 	case in.TargetFound:
 		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
 	default:
-		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.obs))
+		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.Observed))
 	}
 	switch {
 	case ours != nil && ours.Trial != nil:
@@ -224,31 +190,6 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	} else if s.DisarmedReason == "" {
 		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
 	}
-	switch sig := o.obs.signal; {
-	case sig == nil:
-		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
-	case sig.Unreadable:
-		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
-	case o.obs.ambiguous != "":
-		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, o.obs.ambiguous)
-	default:
-		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
-	}
-	if o.obs.health.Late {
-		set(ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
-			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
-	} else {
-		set(ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
-	}
-	switch {
-	case o.obs.health.Starved:
-		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts the controller could not confirm are not counted: it could not run "+
-			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node) long enough to have seen an answer. Explicit failures "+
-			"(refused, reset, TLS errors, HTTP 5xx) and the API server signal count as always; a slow or hung webhook opens later. "+
-			"Give the controller more CPU (a higher request or limit) or fewer breakers; last: "+o.obs.health.Last.Reason)
-	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
-		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
-	}
 	switch {
 	case !in.TargetFound:
 		set(ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
@@ -257,13 +198,61 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	default:
 		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
 	}
+	setHealth(s, o, set)
+	setReady(s, o, ours, set)
+}
+
+// setter sets one condition of s, True when ok.
+func setter(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) func(typ string, ok bool, reason, msg string) {
+	return func(typ string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: b.Generation, LastTransitionTime: o.Now})
+	}
+}
+
+// setHealth sets the conditions on the evidence: the API server signal,
+// late probes, a starved controller.
+func setHealth(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, set func(typ string, ok bool, reason, msg string)) {
+	switch sig := o.Observed.Signal; {
+	case sig == nil:
+		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
+	case sig.Unreadable:
+		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
+	case o.Observed.Ambiguous != "":
+		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, o.Observed.Ambiguous)
+	default:
+		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
+	}
+	if o.Observed.Health.Late {
+		set(ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
+			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
+	} else {
+		set(ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
+	}
 	switch {
-	case o.writeErr != nil:
+	case o.Observed.Health.Starved:
+		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts the controller could not confirm are not counted: it could not run "+
+			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node) long enough to have seen an answer. Explicit failures "+
+			"(refused, reset, TLS errors, HTTP 5xx) and the API server signal count as always; a slow or hung webhook opens later. "+
+			"Give the controller more CPU (a higher request or limit) or fewer breakers; last: "+o.Observed.Health.Last.Reason)
+	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
+		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
+	}
+}
+
+// setReady sets Ready: whether tripswitch can act on the webhook, and why not.
+func setReady(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1.CircuitRecord, set func(typ string, ok bool, reason, msg string)) {
+	in, d := o.Input, o.Decision
+	switch {
+	case o.WriteErr != nil:
 		reason := ReasonWriteFailed
-		if d.Write == WriteOpen && isCannotBypass(o.writeErr) {
+		if d.Write == WriteOpen && errors.Is(o.WriteErr, circuit.ErrCannotBypass) {
 			reason = ReasonCannotBypass
 		}
-		set(ConditionReady, false, reason, o.writeErr.Error())
+		set(ConditionReady, false, reason, o.WriteErr.Error())
 	case d.Blocked:
 		set(ConditionReady, false, d.Reason, d.Message)
 	case s.DisarmedReason != "" && ours == nil:
@@ -285,9 +274,9 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 // break-glass restore while the controller was away; this reconcile's
 // decision says nothing about that. A record this process closed in another
 // breaker's patch closes with the reason it was closed for.
-func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision, closedBy *closedNote) string {
-	if mirrored != nil && read == nil && closedBy != nil && mirrored.OpenedAt.Equal(&closedBy.openedAt) {
-		return closedBy.reason // closed in another breaker's patch, for this breaker's own reason
+func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision, closedBy *ClosedNote) string {
+	if mirrored != nil && read == nil && closedBy != nil && mirrored.OpenedAt.Equal(&closedBy.OpenedAt) {
+		return closedBy.Reason // closed in another breaker's patch, for this breaker's own reason
 	}
 	if mirrored != nil && d.Reason != ReasonRecordRemoved && (read == nil || !read.OpenedAt.Equal(&mirrored.OpenedAt)) {
 		return ReasonClosedExternally
@@ -297,25 +286,18 @@ func closeReason(mirrored, read *v1alpha1.CircuitRecord, d Decision, closedBy *c
 
 // updateHistory opens a window when a record appears and closes the last one
 // when it goes, so history follows the record even across missed updates.
-func updateHistory(h []v1alpha1.OpenWindow, before, after *v1alpha1.CircuitRecord, reason string, now metav1.Time) []v1alpha1.OpenWindow {
+func updateHistory(s *v1alpha1.WebhookCircuitBreakerStatus, before, after *v1alpha1.CircuitRecord, reason string, now metav1.Time) {
 	if before != nil && (after == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
-		if n := len(h); n > 0 && h[n-1].ClosedAt == nil {
-			h[n-1].ClosedAt = &now
-			h[n-1].CloseReason = reason
-		}
+		s.CloseLast(now, reason)
 	}
 	if after != nil && (before == nil || !after.OpenedAt.Equal(&before.OpenedAt)) {
-		h = append(h, v1alpha1.OpenWindow{OpenedAt: after.OpenedAt, Action: after.Action, Reason: after.Reason})
+		s.OpenWindowFor(after)
 	}
-	if len(h) > maxHistory {
-		h = h[len(h)-maxHistory:]
-	}
-	return h
 }
 
-func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs observed) string {
+func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs Observed) string {
 	t := b.Spec.Target
-	if obs.cfg == nil {
+	if obs.Config == nil {
 		return string(t.Kind) + " " + t.ConfigurationName + " not found"
 	}
 	return "webhook " + t.WebhookName + " not found in " + string(t.Kind) + " " + t.ConfigurationName

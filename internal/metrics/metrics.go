@@ -1,4 +1,7 @@
-package controller
+// Package metrics is the controller's Prometheus metrics: per breaker
+// (state, transitions, time open, conflicts, probes, audits) and for the
+// process (deferred status writes, discarded probes, stalls).
+package metrics
 
 import (
 	"sync"
@@ -7,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/stall"
 )
@@ -38,8 +42,8 @@ type probeSeries struct {
 	lag      prometheus.Gauge
 }
 
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_circuit_open", Help: "1 while tripswitch holds the breaker's webhook open, else 0.",
@@ -133,7 +137,8 @@ func RegisterStalls(reg prometheus.Registerer, w *stall.Watch) error {
 	return nil
 }
 
-func (m *Metrics) setOpen(breaker string, open bool) {
+// SetOpen publishes whether tripswitch holds breaker's webhook open.
+func (m *Metrics) SetOpen(breaker string, open bool) {
 	if m == nil {
 		return
 	}
@@ -151,8 +156,8 @@ func (m *Metrics) setOpen(breaker string, open bool) {
 // (which increase() and rate() cannot see).
 func (m *Metrics) initialise(breaker string) {
 	for _, wr := range [][2]string{
-		{string(WriteOpen), ReasonWebhookUnhealthy}, {string(WriteOpen), ReasonAPIServerFailing},
-		{string(WriteClose), ReasonWebhookRecovered}, {string(WriteDrop), ReasonExternalChange},
+		{string(policy.WriteOpen), policy.ReasonWebhookUnhealthy}, {string(policy.WriteOpen), policy.ReasonAPIServerFailing},
+		{string(policy.WriteClose), policy.ReasonWebhookRecovered}, {string(policy.WriteDrop), policy.ReasonExternalChange},
 	} {
 		m.transitions.WithLabelValues(breaker, wr[0], wr[1])
 	}
@@ -163,7 +168,9 @@ func (m *Metrics) initialise(breaker string) {
 	m.conflicts.WithLabelValues(breaker)
 }
 
-func (m *Metrics) transition(breaker string, w Write, reason string, openFor time.Duration) {
+// Transition counts a write to breaker's webhook, and the time it was
+// open when the write ends an open window.
+func (m *Metrics) Transition(breaker string, w policy.Write, reason string, openFor time.Duration) {
 	if m == nil {
 		return
 	}
@@ -173,15 +180,15 @@ func (m *Metrics) transition(breaker string, w Write, reason string, openFor tim
 	}
 }
 
-// trial counts one half-open trial's outcome.
-func (m *Metrics) trial(breaker, outcome string) {
+// Trial counts one half-open trial's outcome.
+func (m *Metrics) Trial(breaker, outcome string) {
 	if m != nil {
 		m.trials.WithLabelValues(breaker, outcome).Inc()
 	}
 }
 
-// setAudit publishes the last audit's counts, every verdict included.
-func (m *Metrics) setAudit(breaker string, counts map[audit.Verdict]int) {
+// SetAudit publishes the last audit's counts, every verdict included.
+func (m *Metrics) SetAudit(breaker string, counts map[audit.Verdict]int) {
 	if m == nil {
 		return
 	}
@@ -190,20 +197,22 @@ func (m *Metrics) setAudit(breaker string, counts map[audit.Verdict]int) {
 	}
 }
 
-func (m *Metrics) deferredReport() {
+// DeferredReport counts a status write deferred behind decisions.
+func (m *Metrics) DeferredReport() {
 	if m != nil {
 		m.deferred.Inc()
 	}
 }
 
-func (m *Metrics) conflict(breaker string) {
+// Conflict counts a patch refused as stale.
+func (m *Metrics) Conflict(breaker string) {
 	if m != nil {
 		m.conflicts.WithLabelValues(breaker).Inc()
 	}
 }
 
-// forget drops a deleted breaker's series.
-func (m *Metrics) forget(breaker string) {
+// Forget drops a deleted breaker's series.
+func (m *Metrics) Forget(breaker string) {
 	if m == nil {
 		return
 	}
@@ -218,4 +227,13 @@ func (m *Metrics) forget(breaker string) {
 	m.probeLag.DeletePartialMatch(labels)
 	m.audit.DeletePartialMatch(labels)
 	m.trials.DeletePartialMatch(labels)
+}
+
+// Knows reports whether m caches per-probe series of breaker.
+func (m *Metrics) Knows(breaker string) bool {
+	if m == nil {
+		return false
+	}
+	_, ok := m.probeSeries.Load(breaker)
+	return ok
 }

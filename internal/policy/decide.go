@@ -1,4 +1,4 @@
-package controller
+package policy
 
 import (
 	"fmt"
@@ -54,7 +54,6 @@ const (
 	ReasonWriteFailed        = "WriteFailed"
 	ReasonRearmed            = "Rearmed"
 	ReasonTargetRecreated    = "TargetRecreated"
-	ReasonReconciled         = "Reconciled"
 	ReasonProbeUnsupported   = "ProbeUnsupported"
 	ReasonProbeSupported     = "ProbeSupported"
 	ReasonProbesLate         = "ProbesLate"
@@ -81,6 +80,26 @@ type Health struct {
 	Verdict             probe.Verdict
 	Failures, Successes int32
 	LastReason          string
+}
+
+// Phase is the circuit's state as the decision sees it. A new state (a
+// half-open trial) is one more Phase and one more case where Decide
+// switches on it.
+type Phase string
+
+// Phases.
+const (
+	PhaseClosed Phase = "Closed"
+	PhaseOpen   Phase = "Open"
+)
+
+// Phase is the circuit's state on the configuration: Open while
+// tripswitch's record is on the webhook.
+func (in Input) Phase() Phase {
+	if in.State.Record != nil {
+		return PhaseOpen
+	}
+	return PhaseClosed
 }
 
 // Input is everything a decision depends on, gathered before deciding.
@@ -357,10 +376,12 @@ func decideAuto(in Input) Decision {
 		}
 		return d
 	}
-	if in.State.Record != nil {
+	switch in.Phase() {
+	case PhaseOpen:
 		return Decision{Reason: ReasonStillOpen, Message: "circuit is open; waiting for enough healthy probes"}
+	default:
+		return Decision{Reason: ReasonAwaitingProbes, Message: "not enough consecutive probes to decide"}
 	}
-	return Decision{Reason: ReasonAwaitingProbes, Message: "not enough consecutive probes to decide"}
 }
 
 // decideOpen opens unless already open, disarmed, or failing open without tripswitch.

@@ -1,4 +1,4 @@
-package controller
+package policy
 
 import (
 	"errors"
@@ -70,14 +70,14 @@ func TestComputeStatus(t *testing.T) {
 				}},
 				Status: v1alpha1.WebhookCircuitBreakerStatus{TargetUID: cfgUID, DisarmedReason: tc.disarmed},
 			}
-			obs := observed{state: tc.after}
+			obs := Observed{State: tc.after}
 			if tc.in.TargetFound {
-				obs.cfg = &circuit.Configuration{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: cfgUID}}}
+				obs.Config = &circuit.Configuration{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: cfgUID}}}
 			}
 			if tc.in.ProbeUnknown {
-				obs.health.Last = probe.Result{Status: probe.Unknown, Reason: tc.in.ProbeReason}
+				obs.Health.Last = probe.Result{Status: probe.Unknown, Reason: tc.in.ProbeReason}
 			}
-			s := computeStatus(b, outcome{in: tc.in, d: tc.d, obs: obs, after: tc.after, writeErr: tc.writeErr, now: now})
+			s := NextStatus(b, Outcome{Input: tc.in, Decision: tc.d, Observed: obs, After: tc.after, WriteErr: tc.writeErr, Now: now})
 			ready := meta.FindStatusCondition(s.Conditions, ConditionReady)
 			if s.State != tc.wantState || ready == nil || ready.Status != tc.wantReady || ready.Reason != tc.wantReason {
 				t.Fatalf("state %s, Ready %+v; want %s, %s %s", s.State, ready, tc.wantState, tc.wantReady, tc.wantReason)

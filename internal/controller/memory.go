@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"sync"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
+)
+
+// memory is what this process remembers of one breaker between its
+// reconciles. It is created on first use and dropped, with what every
+// collaborator keeps of the breaker, by Reconciler.forget.
+type memory struct {
+	// written is the breaker's resourceVersion after this controller's last
+	// write to it (or fresh read), and the one that write replaced.
+	written version
+	// closed is a circuit this process closed whose window the status does
+	// not show closed yet (a companion closed in another breaker's patch,
+	// or a status write deferred): it closes with the recovery's reason,
+	// not as closed externally.
+	closed *policy.ClosedNote
+	// awaited: the breaker waited once for its configuration's watch to
+	// list (see awaitWatch).
+	awaited bool
+}
+
+// version is a breaker's resourceVersion after this controller's last
+// write to it (or fresh read), and the one that write replaced.
+type version struct{ now, before string }
+
+// memories holds each breaker's memory. Reconciles of one breaker never
+// overlap, but a reconcile writes its companions' memories too.
+type memories struct {
+	mu sync.Mutex
+	m  map[string]memory
+}
+
+func (s *memories) get(breaker string) memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[breaker]
+}
+
+// update changes breaker's memory; one left empty is dropped.
+func (s *memories) update(breaker string, change func(*memory)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.m[breaker]
+	change(&m)
+	if m == (memory{}) {
+		delete(s.m, breaker)
+		return
+	}
+	if s.m == nil {
+		s.m = map[string]memory{}
+	}
+	s.m[breaker] = m
+}
+
+func (s *memories) has(breaker string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[breaker]
+	return ok
+}
+
+// forget drops everything kept of a breaker that is gone, or whose
+// finalizer was released: its memory here and what each collaborator keeps
+// of it (probes, API server signal, metrics, queued decisions, watch).
+func (r *Reconciler) forget(breaker string) {
+	r.Health.Stop(breaker)
+	r.Signals.Stop(breaker)
+	r.Metrics.Forget(breaker)
+	r.Decisions.Forget(breaker)
+	r.Targets.Forget(breaker)
+	r.memory.update(breaker, func(m *memory) { *m = memory{} })
+}
+
+// wrote remembers the breaker's resourceVersion after this controller wrote
+// it (before: its version until then) or read it fresh (before: empty).
+func (r *Reconciler) wrote(b *v1alpha1.WebhookCircuitBreaker, before string) {
+	r.memory.update(b.Name, func(m *memory) { m.written = version{now: b.ResourceVersion, before: before} })
+}
+
+// lagging reports whether b, as read from the cache, is not the version this
+// controller last wrote: the cache has not caught up (or someone else wrote
+// since; either way, a fresh read is due before a decision that writes).
+// behind is set when the cache still shows the version that write
+// replaced: its watch event is on its way, and will queue b again.
+func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind bool) {
+	w := r.memory.get(b.Name).written
+	if w.now == "" || w.now == b.ResourceVersion {
+		return false, false
+	}
+	return true, w.before == b.ResourceVersion
+}
+
+// closedBy remembers that this process closed breaker's circuit: should its
+// status write come later, the window still closes with this reason and time.
+func (r *Reconciler) closedBy(breaker string, n policy.ClosedNote) {
+	r.memory.update(breaker, func(m *memory) { m.closed = &n })
+}
+
+// forgetClosed drops breaker's closed note once status shows the window closed.
+func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
+	r.memory.update(breaker, func(m *memory) {
+		if n := m.closed; n != nil && (status.Record == nil || !status.Record.OpenedAt.Equal(&n.OpenedAt)) {
+			m.closed = nil
+		}
+	})
+}
+
+// configMemory is what this process remembers of one target configuration.
+type configMemory struct {
+	mu sync.Mutex
+	// held: a reconcile holds the configuration's write lock; waiting are
+	// the breakers that found it taken.
+	held    bool
+	waiting map[string]struct{}
+	// last is the resourceVersion of this process's last write to it.
+	last string
+}
+
+func (r *Reconciler) config(t v1alpha1.Target) *configMemory {
+	v, _ := r.configs.LoadOrStore(t.ConfigurationKey(), &configMemory{waiting: map[string]struct{}{}})
+	return v.(*configMemory)
+}
+
+func (c *configMemory) wrote(rv string) {
+	c.mu.Lock()
+	c.last = rv
+	c.mu.Unlock()
+}
+
+func (c *configMemory) written() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// lockTarget takes t's configuration's write lock for breaker, if it is
+// free, and returns its release; nil when another reconcile holds it. Then
+// breaker is queued again when the holder releases it: the worker serves
+// other breakers meanwhile instead of waiting, and nothing spins. One
+// writer per configuration: the breakers of its webhooks, opened by one
+// outage, would otherwise race each other's patches and all but one be
+// refused and retried.
+func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
+	l := r.config(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held {
+		l.waiting[breaker] = struct{}{}
+		return nil
+	}
+	l.held = true
+	return func() {
+		l.mu.Lock()
+		l.held = false
+		waiting := l.waiting
+		l.waiting = map[string]struct{}{}
+		l.mu.Unlock()
+		for name := range waiting {
+			if r.Requeue != nil {
+				r.Requeue(name)
+			}
+		}
+	}
+}

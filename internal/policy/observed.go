@@ -1,0 +1,100 @@
+package policy
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// RearmAnnotation on a breaker re-arms it when its value changes.
+const RearmAnnotation = "tripswitch.dev/rearm"
+
+// RearmRequested reports whether b's re-arm annotation has a value its
+// status has not acted on yet.
+func RearmRequested(b *v1alpha1.WebhookCircuitBreaker) bool {
+	v := b.Annotations[RearmAnnotation]
+	return v != "" && v != b.Status.ObservedRearm
+}
+
+// Observed is what one reconcile read: the target, the health the probe
+// monitor and the API server signal gathered, and the breaker's peers.
+type Observed struct {
+	Config      *circuit.Configuration // nil when the configuration is missing
+	NotApproved string                 // tripswitch may not read it: what to change
+	State       circuit.State
+	Health      probe.Observation
+	Signal      *apisignal.Status // nil: the API server signal is off
+	// Ambiguous, when set, says why the signal cannot be told apart from
+	// another webhook's: it may not open the circuit on its own.
+	Ambiguous string
+	// Conflict, when set, is the older breaker that owns the same webhook.
+	Conflict string
+	// TrialCalls are the API server's calls in a running half-open trial.
+	TrialCalls halfopen.Calls
+}
+
+// NewInput gathers what Decide needs from the breaker, its resolved spec
+// and what was observed.
+func NewInput(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs Observed) Input {
+	verdict := obs.Health.Verdict
+	if verdict == "" {
+		verdict = probe.VerdictPending // no probe yet
+	}
+	in := Input{
+		Mode:        spec.Mode,
+		Action:      spec.Action,
+		BreakerUID:  b.UID,
+		Deleting:    !b.DeletionTimestamp.IsZero(),
+		TargetFound: obs.Config != nil && obs.State.Index >= 0,
+		State:       obs.State,
+		Health: Health{
+			Verdict:  verdict,
+			Failures: obs.Health.ConsecutiveFailures, Successes: obs.Health.ConsecutiveSuccesses,
+			LastReason: obs.Health.Last.Reason,
+		},
+		ProbeUnknown:     obs.Health.Last.Status == probe.Unknown,
+		APIServerFailing: obs.Signal != nil && obs.Signal.Failing && obs.Ambiguous == "",
+		ProbeReason:      obs.Health.Last.Reason,
+		Disarmed:         b.Status.DisarmedReason != "" && !RearmRequested(b),
+		NotApproved:      obs.NotApproved,
+		EverRead:         b.Status.TargetUID != "",
+		ConflictWinner:   obs.Conflict,
+	}
+	if in.APIServerFailing {
+		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.Signal.FailureRate, obs.Signal.Failures, obs.Signal.Calls)
+	}
+	if obs.Config != nil && obs.Config.Object.GetUID() == b.Status.TargetUID {
+		in.Mirror = b.Status.Record
+	}
+	return in
+}
+
+// ClosedNote is a circuit this process closed whose breaker's status does
+// not show it yet (a companion closed in another breaker's patch, or a
+// status write deferred): the record's openedAt, the breaker's own reason,
+// and when.
+type ClosedNote struct {
+	OpenedAt metav1.Time
+	Reason   string
+	At       metav1.Time
+}
+
+// Outcome is what one reconcile read, decided and wrote: everything the
+// next status is derived from.
+type Outcome struct {
+	Input    Input
+	Decision Decision
+	Observed Observed
+	After    circuit.State // the circuit as the write left it
+	WriteErr error
+	Now      metav1.Time
+	// ClosedBy, if set, is this breaker's circuit closed in another
+	// breaker's patch, or by a write whose status was deferred.
+	ClosedBy *ClosedNote
+}

@@ -1,0 +1,60 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// TrialVerdict judges the half-open trial of an open circuit (spec.halfOpen,
+// internal/halfopen) at now: nil when closing needs no trial (any action but
+// Bypass, Bypass without the signal, a mode other than Auto), unless a trial
+// is recorded: one left running when the spec changed still ends by its own
+// rules.
+func TrialVerdict(spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) *halfopen.Verdict {
+	rec := obs.State.Record
+	if rec == nil || rec.Action != v1alpha1.OpenActionBypass || spec.Mode != v1alpha1.ModeAuto {
+		return nil
+	}
+	hs := spec.HalfOpen
+	if hs == nil {
+		if rec.Trial == nil {
+			return nil
+		}
+		hs = (*v1alpha1.HalfOpenSpec)(nil).Resolve()
+	}
+	in := halfopen.Input{Now: now, Spec: *hs, Record: rec, ProbeFailed: obs.Health.Verdict == probe.VerdictUnhealthy, Calls: obs.TrialCalls}
+	if obs.Health.Verdict == probe.VerdictHealthy && !obs.Health.HealthySince.IsZero() {
+		in.HealthyFor = now.Sub(obs.Health.HealthySince)
+	}
+	if spec.Signal != nil {
+		in.MinimumCalls = spec.Signal.MinimumCalls
+	}
+	v := halfopen.Judge(in)
+	return &v
+}
+
+// trialStatus is status.trial for an open circuit that closes through a
+// trial.
+func trialStatus(o Outcome, ours *v1alpha1.CircuitRecord) *v1alpha1.TrialStatus {
+	if ours == nil || o.Input.Trial == nil && ours.Trial == nil {
+		return nil
+	}
+	st := &v1alpha1.TrialStatus{Phase: "Waiting", FailedTrials: ours.FailedTrials, NextTrialAt: ours.NextTrialAt}
+	if v := o.Input.Trial; v != nil {
+		st.Message = v.Message
+	}
+	if o.Decision.Trial != nil && o.Decision.Write != WriteNone {
+		st.Message = o.Decision.Message
+	}
+	if t := ours.Trial; t != nil {
+		st.Phase, st.SamplePercent = "Running", t.SamplePercent
+		st.StartedAt = t.StartedAt.DeepCopy()
+		if r := o.Input.State.Record; r != nil && r.Trial != nil && r.Trial.StartedAt.Equal(&t.StartedAt) {
+			st.Calls, st.Failures = o.Observed.TrialCalls.Calls, o.Observed.TrialCalls.Failures
+		}
+	}
+	return st
+}
