@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -79,7 +78,7 @@ func (r *Reconciler) finish(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		// Nothing is probed, so nothing else triggers a look at the target.
 		return ctrl.Result{RequeueAfter: spec.Probe.Interval, Priority: new(0)}, nil
 	}
-	return ctrl.Result{RequeueAfter: r.trialRecheck(o.Decision, resync), Priority: new(0)}, nil
+	return ctrl.Result{RequeueAfter: policy.Recheck(o.Decision, r.Clock.Now(), resync), Priority: new(0)}, nil
 }
 
 // companion is a breaker whose circuit a patch writes: the one reconciled,
@@ -274,11 +273,10 @@ func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircu
 	return nil
 }
 
-// report writes the status if it changed, and emits events for refusals the
-// first time they happen; deferred when the write waits for decisions (see
+// report writes the status if it changed, with its events
+// (policy.ReportEvents); deferred when the write waits for decisions (see
 // deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (deferred bool, err error) {
-	d := o.Decision
 	status := policy.NextStatus(b, o)
 	r.Metrics.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
@@ -286,19 +284,8 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		r.Metrics.DeferredReport()
 		return true, nil
 	}
-	r.emitConditionEvents(b, status)
-	if d.Refused {
-		// A refusal that leaves the breaker Ready: report it once, when it starts.
-		if prev := meta.FindStatusCondition(b.Status.Conditions, policy.ConditionReady); prev == nil || prev.Reason != d.Reason {
-			r.event(b, "Normal", d.Reason, "Refuse", "%s", d.Message)
-		}
-	}
-	if status.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {
-		r.event(b, "Warning", policy.ReasonTargetRecreated, "Report", "%s %s was deleted and recreated (uid %s, was %s); any record of the old one is gone, starting fresh",
-			b.Spec.Target.Kind, b.Spec.Target.ConfigurationName, status.TargetUID, b.Status.TargetUID)
-	}
-	if policy.RearmRequested(b) {
-		r.event(b, "Normal", policy.ReasonRearmed, "Rearm", "re-armed by annotation %s=%s", policy.RearmAnnotation, b.Annotations[policy.RearmAnnotation])
+	for _, e := range policy.ReportEvents(b, o.Decision, status) {
+		r.event(b, e.Type, e.Reason, e.Action, "%s", e.Message)
 	}
 	if equality.Semantic.DeepEqual(status, b.Status) {
 		r.forgetClosed(b.Name, status)
@@ -317,43 +304,12 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 // deferReport reports whether b's status write waits because more breakers
 // are queued for decisions than the workers serve at once: in a storm
 // (every webhook failing at once) the writes that open and close circuits
-// go first, and the status of each breaker follows when they are done (see
-// canWait for which do).
+// go first, and the status of each breaker follows when they are done
+// (policy.StatusCanWait says which may).
 func (r *Reconciler) deferReport(b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
-	if canWait(b, o, status) && r.Decisions.Defer(b.Name, r.Clock.Now()) {
+	if policy.StatusCanWait(b, o, status) && r.Decisions.Defer(b.Name, r.Clock.Now()) {
 		return true
 	}
 	r.Decisions.Reported(b.Name)
 	return false
-}
-
-// canWait reports whether b's status write loses nothing by waiting: the
-// circuit's truth is its record on the configuration, written already, and
-// the status mirrors it later (with the record's times, and a close's
-// reason kept in memory); a decision that must be remembered in the status
-// (a disarm or re-arm, an external change, a refusal, a failed write, a
-// recreated target) is written at once.
-func canWait(b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome, status v1alpha1.WebhookCircuitBreakerStatus) bool {
-	d := o.Decision
-	return d.Disarm == "" && !d.Rearm && !d.ExternalChange && !d.Refused && !d.ReleaseFinalizer &&
-		o.WriteErr == nil && !policy.RearmRequested(b) && o.Observed.NotApproved == "" && status.TargetUID == b.Status.TargetUID &&
-		!equality.Semantic.DeepEqual(status, b.Status)
-}
-
-// emitConditionEvents reports refusals and findings once, when their condition
-// first turns up, not on every reconcile. A disarm is one of them: Ready turns
-// False with reason Disarmed and the message says how it re-arms.
-func (r *Reconciler) emitConditionEvents(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) {
-	for _, typ := range []string{policy.ConditionReady, policy.ConditionTargetFound, policy.ConditionExternalChange, policy.ConditionProbeUnsupported, policy.ConditionAPIServerSignal, policy.ConditionControllerStarved} {
-		c := meta.FindStatusCondition(next.Conditions, typ)
-		if c == nil {
-			continue
-		}
-		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == policy.ConditionReady || typ == policy.ConditionTargetFound || typ == policy.ConditionAPIServerSignal)
-		if !bad || (prev != nil && prev.Status == c.Status && prev.Reason == c.Reason) {
-			continue
-		}
-		r.event(b, "Warning", c.Reason, "Report", "%s", c.Message)
-	}
 }

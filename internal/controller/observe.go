@@ -161,8 +161,9 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 	if obs.Signal != nil {
 		obs.Ambiguous = r.signalAmbiguity(ctx, b)
 	}
-	if obs.State.InTrial() {
-		obs.TrialCalls = r.trialCalls(b.Name, obs)
+	if obs.State.InTrial() { // judged on the signal's last read, not the one shown
+		cur, ok := r.Signals.Current(b.Name)
+		obs.TrialCalls = policy.TrialCalls(ok && obs.Signal != nil, cur, obs.Ambiguous)
 	}
 	return obs, nil
 }

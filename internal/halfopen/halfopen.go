@@ -93,6 +93,8 @@ type Verdict struct {
 	// Next is when the next trial may start (Fail), or when to look again
 	// (Wait, Run): zero when nothing is due.
 	Next time.Time
+	// SamplePercent is the share of requests a trial it starts lets through.
+	SamplePercent int32
 }
 
 // Judge returns the trial's verdict.
@@ -120,7 +122,7 @@ func judgeWaiting(in Input) Verdict {
 		}
 		return v
 	}
-	return Verdict{Step: Start, Reason: ReasonTrialStarted,
+	return Verdict{Step: Start, Reason: ReasonTrialStarted, SamplePercent: in.Spec.SamplePercent,
 		Message: fmt.Sprintf("probes healthy for %s: a trial lets %d%% of requests reach the webhook under failurePolicy Ignore", in.HealthyFor.Round(time.Second), in.Spec.SamplePercent)}
 }
 

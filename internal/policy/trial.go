@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -57,4 +58,29 @@ func trialStatus(o Outcome, ours *v1alpha1.CircuitRecord) *v1alpha1.TrialStatus 
 		}
 	}
 	return st
+}
+
+// TrialCalls are a running trial's calls as the signal st counts them (from
+// the trial's start; on: the signal is on and tracks the breaker);
+// ambiguous, when set, says another webhook shares the series, so the calls
+// are not this trial's.
+func TrialCalls(on bool, st apisignal.Status, ambiguous string) halfopen.Calls {
+	if !on {
+		return halfopen.Calls{Unreadable: true, Message: "the API server signal is off"}
+	}
+	c := halfopen.Calls{Calls: st.Calls, Failures: st.Failures, Failing: st.Failing, Unreadable: st.Unreadable, Message: st.Message}
+	if ambiguous != "" {
+		c.Unreadable, c.Message = true, ambiguous
+	}
+	return c
+}
+
+// Recheck is how long after now to look at a breaker again: at its trial's
+// next due time when that is sooner than resync (nothing else wakes a
+// breaker whose probes and signal stay the same).
+func Recheck(d Decision, now time.Time, resync time.Duration) time.Duration {
+	if d.Trial == nil || d.Trial.Next.IsZero() || d.Write != WriteNone {
+		return resync
+	}
+	return min(max(d.Trial.Next.Sub(now), 100*time.Millisecond)+10*time.Millisecond, resync)
 }
