@@ -171,11 +171,11 @@ func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v
 	if err != nil {
 		return failed("%v", err)
 	}
-	return resultOf(report, auditor.Requests(), now()), report
+	return ResultOf(report, auditor.Requests(), now()), report
 }
 
-// resultOf summarises a report for the status.
-func resultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditResult {
+// ResultOf summarises a report for the status.
+func ResultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditResult {
 	res := &v1alpha1.AuditResult{
 		Result: AuditCompleted, CompletedAt: at, Found: int32(r.Found), Truncated: r.Truncated, Requests: requests,
 		Objected: int32(r.Counts[audit.Objected]), WouldMutate: int32(r.Counts[audit.WouldMutate]),
