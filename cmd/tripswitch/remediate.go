@@ -42,7 +42,9 @@ server would accept. With --apply:
     tripswitch.dev/admitted-without=<webhook>. Nothing is deleted;
   NotChecked, NotReviewed: reported, never acted on.
 Every change is dry-run before the first real one; the first authorization
-error stops the run. Events go on each object and the breaker, the counts into
+error stops the run. Exit status 1 when it stopped or a change failed; a
+refusal (a bare Pod, a budget that never allowed the eviction) is reported,
+not an error. Events go on each object and the breaker, the counts into
 the window's audit status. Needs what tripswitch audit needs, and patch on the
 resources, create on pods/eviction, create on events.events.k8s.io, update on
 webhookcircuitbreakers/status.
@@ -115,6 +117,9 @@ func runRemediate(args []string, out io.Writer) error {
 	}
 	if len(notes) > 0 {
 		return errors.New(notes[0])
+	}
+	if n := rep.Counts[remediate.Failed]; n > 0 {
+		return fmt.Errorf("breaker %s: the API server refused %d changes (their reasons are above)", name, n)
 	}
 	return nil
 }

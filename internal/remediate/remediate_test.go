@@ -368,6 +368,7 @@ func TestAuthorizationErrorStops(t *testing.T) {
 	if !errors.As(err, &authz) || authz.Verb != "patch" || authz.Resource != "configmaps" || authz.Namespace != "limited" {
 		t.Fatalf("got %v, want an authorization error for patch on configmaps in limited", err)
 	}
+	t.Logf("the error: %v", err)
 	for _, want := range []string{"refused patch on configmaps in namespace limited", "remediation.resources", "config/remediation"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error %q does not say %q", err, want)
