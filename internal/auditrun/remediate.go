@@ -22,6 +22,11 @@ import (
 // remediations.
 const RemediatedBy = "controller"
 
+// automaticEvictionTimeout bounds how long an automatic roll waits for one
+// Pod's disruption budget; a Pod it gives up on is Refused, for
+// `tripswitch remediate` to finish.
+const automaticEvictionTimeout = 2 * time.Minute
+
 // remediate repairs what the audit found, when the breaker's
 // spec.audit.remediate asks for it: Reapply re-applies patches,
 // ReapplyAndRoll also evicts controller-owned Pods. Objections are never
@@ -68,6 +73,11 @@ func (a *Runner) remediator(b *v1alpha1.WebhookCircuitBreaker, spec *v1alpha1.Re
 		return nil, fmt.Errorf("remediation client: %w", err)
 	}
 	opts := a.Remediation
+	if opts.EvictionTimeout <= 0 {
+		// The runner audits one breaker at a time: a budget that allows
+		// nothing must not hold up every other breaker's audit for long.
+		opts.EvictionTimeout = automaticEvictionTimeout
+	}
 	opts.Apply, opts.Roll, opts.Label = true, spec.Remediate == v1alpha1.RemediateReapplyAndRoll, false
 	r := &remediate.Remediator{Dynamic: dyn, Kube: kube, Auditor: done.auditor, Webhook: done.webhook, Breaker: b.DeepCopy(),
 		FieldManager: "tripswitch", Options: opts, Now: a.Clock.Now, Check: a.stillThere(b)}

@@ -76,8 +76,12 @@ func (w *EventWriter) build(regarding, related runtime.Object, eventtype, reason
 		note = note[:maxNote-3] + "..."
 	}
 	now := time.Now()
+	prefix := ref.Name
+	if len(prefix) > 200 {
+		prefix = prefix[:200] // an event's name is at most 253 characters
+	}
 	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns},
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", prefix, now.UnixNano()), Namespace: ns},
 		EventTime:           metav1.NewMicroTime(now),
 		ReportingController: w.Controller,
 		ReportingInstance:   w.Instance,

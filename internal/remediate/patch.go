@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,11 +25,12 @@ const maxConflicts = 3
 // ReapplyPatch is the JSON patch that re-applies a review's patch: a
 // replace of metadata.resourceVersion with the reviewed one, which the API
 // server turns into a precondition (409 Conflict if the object changed),
-// then the review's operations, unchanged. An operation on the
-// resourceVersion itself, or a patch that is not a JSON array of
-// operations, is refused.
+// then the review's operations, unchanged. A patch that is not a JSON array
+// of RFC 6902 operations on fields, or one with an operation that could
+// change the resourceVersion (on it, on all of metadata, or moving from it),
+// is refused.
 func ReapplyPatch(reviewPatch, resourceVersion string) ([]byte, error) {
-	if resourceVersion == "" {
+	if resourceVersion == "" || !utf8.ValidString(resourceVersion) {
 		return nil, errors.New("the review recorded no resourceVersion to make the patch conditional on")
 	}
 	var ops []map[string]any
@@ -39,15 +41,26 @@ func ReapplyPatch(reviewPatch, resourceVersion string) ([]byte, error) {
 		return nil, errors.New("the webhook's patch is empty")
 	}
 	for i, op := range ops {
+		name, _ := op["op"].(string)
 		path, _ := op["path"].(string)
-		if _, ok := op["op"].(string); !ok || path == "" {
-			return nil, fmt.Errorf("the webhook's patch operation %d has no op, or no path below the object's root", i)
+		if !jsonPatchOps[name] || !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("the webhook's patch operation %d is not an operation on a field (op %q, path %q)", i, name, path)
 		}
-		if path == "/metadata/resourceVersion" || strings.HasPrefix(path, "/metadata/resourceVersion/") {
-			return nil, fmt.Errorf("the webhook's patch operation %d writes metadata.resourceVersion, the precondition", i)
+		from, hasFrom := op["from"].(string)
+		if touchesPrecondition(path) || hasFrom && touchesPrecondition(from) {
+			return nil, fmt.Errorf("the webhook's patch operation %d (%s %s) would change metadata.resourceVersion, the precondition", i, name, path)
 		}
 	}
 	return json.Marshal(append([]map[string]any{precondition(resourceVersion)}, ops...))
+}
+
+// jsonPatchOps are RFC 6902's operations.
+var jsonPatchOps = map[string]bool{"add": true, "remove": true, "replace": true, "move": true, "copy": true, "test": true}
+
+// touchesPrecondition: an operation on this path (or moving from it) could
+// change or remove metadata.resourceVersion.
+func touchesPrecondition(path string) bool {
+	return path == "" || path == "/metadata" || path == "/metadata/resourceVersion" || strings.HasPrefix(path, "/metadata/resourceVersion/")
 }
 
 func precondition(rv string) map[string]any {

@@ -1,7 +1,9 @@
 package remediate
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +26,12 @@ func TestReapplyPatch(t *testing.T) {
 		{name: "no resourceVersion: no unconditional patch", patch: `[{"op":"add","path":"/a","value":1}]`, wantErr: "no resourceVersion"},
 		{name: "a patch that is not a JSON patch is refused", patch: `{"metadata":{}}`, rv: "1", wantErr: "not a JSON patch"},
 		{name: "an empty patch is refused", patch: `[]`, rv: "1", wantErr: "empty"},
-		{name: "an operation on the whole object is refused", patch: `[{"op":"replace","path":"","value":{}}]`, rv: "1", wantErr: "no path below"},
-		{name: "an operation without op is refused", patch: `[{"path":"/a","value":1}]`, rv: "1", wantErr: "no op"},
+		{name: "an operation on the whole object is refused", patch: `[{"op":"replace","path":"","value":{}}]`, rv: "1", wantErr: "not an operation on a field"},
+		{name: "an operation without op is refused", patch: `[{"path":"/a","value":1}]`, rv: "1", wantErr: "not an operation on a field"},
+		{name: "an operation that is not RFC 6902's is refused", patch: `[{"op":"merge","path":"/a","value":1}]`, rv: "1", wantErr: "not an operation on a field"},
+		{name: "a path that is not a JSON pointer is refused", patch: `[{"op":"add","path":"a","value":1}]`, rv: "1", wantErr: "not an operation on a field"},
+		{name: "replacing all of metadata is refused: it would replace the precondition", patch: `[{"op":"replace","path":"/metadata","value":{}}]`, rv: "1", wantErr: "precondition"},
+		{name: "moving the resourceVersion away is refused", patch: `[{"op":"move","from":"/metadata/resourceVersion","path":"/metadata/annotations/x"}]`, rv: "1", wantErr: "precondition"},
 		{name: "an operation on the precondition is refused", patch: `[{"op":"replace","path":"/metadata/resourceVersion","value":"9"}]`, rv: "1", wantErr: "precondition"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,6 +166,41 @@ func TestScheduleLimits(t *testing.T) {
 		})
 		if err == nil || started.Load() != 2 {
 			t.Fatalf("err %v after %d started, want the error after 2", err, started.Load())
+		}
+	})
+}
+
+// FuzzReapplyPatch: whatever a webhook returns, the patch sent is either
+// refused or exactly the precondition followed by the webhook's
+// operations, none of which touches the precondition.
+func FuzzReapplyPatch(f *testing.F) {
+	f.Add(`[{"op":"add","path":"/metadata/labels/a","value":"b"}]`, "1")
+	f.Add(`[{"op":"replace","path":"/metadata/resourceVersion","value":"2"}]`, "1")
+	f.Add(`[{"op":"remove","path":"/spec"},{"op":"test","path":"/x","value":null}]`, "9")
+	f.Add(`[]`, "")
+	f.Add(`[{"op":"","path":"0"}]`, "\xff") // found by the fuzzer: not an operation, and an rv JSON cannot carry
+	f.Add(`[{"op":"move","from":"/metadata/resourceVersion","path":"/a"}]`, "1")
+	f.Fuzz(func(t *testing.T, patch, rv string) {
+		out, err := ReapplyPatch(patch, rv)
+		if err != nil {
+			return
+		}
+		var got, in []map[string]any
+		if json.Unmarshal(out, &got) != nil || json.Unmarshal([]byte(patch), &in) != nil {
+			t.Fatalf("%s from %s", out, patch)
+		}
+		if len(got) != len(in)+1 || !reflect.DeepEqual(got[0], map[string]any{"op": "replace", "path": "/metadata/resourceVersion", "value": rv}) {
+			t.Fatalf("%s from %s", out, patch)
+		}
+		if !reflect.DeepEqual(got[1:], in) {
+			t.Fatalf("the webhook's operations changed: %s from %s", out, patch)
+		}
+		for _, op := range in {
+			for _, k := range []string{"path", "from"} {
+				if p, _ := op[k].(string); strings.HasPrefix(p, "/metadata/resourceVersion") || p == "/metadata" || k == "path" && !strings.HasPrefix(p, "/") {
+					t.Fatalf("an operation with %s %q passed", k, p)
+				}
+			}
 		}
 	})
 }

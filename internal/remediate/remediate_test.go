@@ -38,27 +38,38 @@ import (
 )
 
 var (
-	env  *testenv.Env
-	hook *defaulthook.Server
+	env      *testenv.Env
+	hook     *defaulthook.Server
+	started  sync.Once
+	startErr error
 )
 
-// One control plane and one webhook for the package; each test works in a
-// namespace of its own, which the webhook's namespaceSelector names.
+// One control plane and one webhook for the package, started by the first
+// test that needs them (so that fuzzing the pure functions starts none);
+// each test works in a namespace of its own, which the webhook's
+// namespaceSelector names.
 func TestMain(m *testing.M) {
-	var err error
-	if env, err = testenv.New(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if hook, err = defaulthook.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(1)
-	}
 	code := m.Run()
-	_ = hook.Close()
-	_ = env.Stop()
+	if hook != nil {
+		_ = hook.Close()
+	}
+	if env != nil {
+		_ = env.Stop()
+	}
 	os.Exit(code)
+}
+
+func start(t *testing.T) {
+	t.Helper()
+	started.Do(func() {
+		if env, startErr = testenv.New(testenv.Options{}); startErr != nil {
+			return
+		}
+		hook, startErr = defaulthook.Start()
+	})
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
 }
 
 // bed is one test's namespace, the webhook as the audit sees it, and the
@@ -76,6 +87,7 @@ type bed struct {
 // create the window's objects, then call closeWindow.
 func newBed(t *testing.T, ns, path string) *bed {
 	t.Helper()
+	start(t)
 	b := &bed{t: t, ctx: t.Context(), c: env.Client, ns: ns}
 	if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"remediate-test": ns}}}); err != nil {
 		t.Fatal(err)
