@@ -30,6 +30,7 @@ const (
 	DefaultHalfOpenMaxBackoff    = 10 * time.Minute
 	DefaultAuditMaxObjects       = 1000
 	DefaultAuditQPS              = 5
+	DefaultAuditRemediate        = RemediateNone
 )
 
 // ResolvedSpec is a breaker's spec with every default applied, resolved
@@ -77,6 +78,7 @@ type ResolvedSignal struct {
 // +kubebuilder:object:generate=false
 type ResolvedAudit struct {
 	MaxObjects, QPS int32
+	Remediate       RemediateMode
 }
 
 // Resolve returns the spec with every default applied.
@@ -104,12 +106,15 @@ func (s *WebhookCircuitBreakerSpec) Resolve() ResolvedSpec {
 		r.HalfOpen = s.HalfOpen.Resolve()
 	}
 	if a := s.Audit; a != nil && a.Enabled {
-		r.Audit = &ResolvedAudit{MaxObjects: DefaultAuditMaxObjects, QPS: DefaultAuditQPS}
+		r.Audit = &ResolvedAudit{MaxObjects: DefaultAuditMaxObjects, QPS: DefaultAuditQPS, Remediate: DefaultAuditRemediate}
 		if a.MaxObjects > 0 {
 			r.Audit.MaxObjects = a.MaxObjects
 		}
 		if a.QPS > 0 {
 			r.Audit.QPS = a.QPS
+		}
+		if a.Remediate != "" {
+			r.Audit.Remediate = a.Remediate
 		}
 	}
 	return r

@@ -340,6 +340,59 @@ type AuditSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	QPS int32 `json:"qps,omitempty"`
+	// Remediate is what the controller does itself after each audit:
+	// None (default) leaves repair to `tripswitch remediate`; Reapply
+	// re-applies the recovered webhook's patch to each object it would
+	// mutate; ReapplyAndRoll also evicts the controller-owned Pods it would
+	// mutate, honouring PodDisruptionBudgets, so their owners recreate them
+	// through the webhook. Both need the opt-in remediation RBAC
+	// (docs/rbac.md). Objects a validating webhook objects to are never
+	// touched automatically.
+	// +optional
+	// +kubebuilder:default=None
+	Remediate RemediateMode `json:"remediate,omitempty"`
+}
+
+// RemediateMode is what the controller repairs after an audit.
+// +kubebuilder:validation:Enum=None;Reapply;ReapplyAndRoll
+type RemediateMode string
+
+// Remediation modes.
+const (
+	RemediateNone           RemediateMode = "None"
+	RemediateReapply        RemediateMode = "Reapply"
+	RemediateReapplyAndRoll RemediateMode = "ReapplyAndRoll"
+)
+
+// RemediationResult counts what a remediation of one window did.
+type RemediationResult struct {
+	// By is who remediated: "controller" (spec.audit.remediate) or
+	// "tripswitch remediate" (an operator).
+	By string `json:"by"`
+	// CompletedAt is when the remediation ended.
+	CompletedAt metav1.Time `json:"completedAt"`
+	// Remediated: objects the webhook's patch was re-applied to.
+	// +optional
+	Remediated int32 `json:"remediated,omitempty"`
+	// Rolled: Pods evicted so that their owners recreate them.
+	// +optional
+	Rolled int32 `json:"rolled,omitempty"`
+	// Labelled: objects a validating webhook objects to, labelled
+	// tripswitch.dev/admitted-without.
+	// +optional
+	Labelled int32 `json:"labelled,omitempty"`
+	// Refused: objects tripswitch would not act on (not re-reviewed, a bare
+	// Pod, an owner it does not roll, a disruption budget that never allowed
+	// the eviction).
+	// +optional
+	Refused int32 `json:"refused,omitempty"`
+	// Failed: objects the API server would not change (its reason is in the
+	// events and the report).
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// Message says why a remediation stopped early, if it did.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // AuditResult is the outcome of the audit of one open window.
@@ -382,6 +435,9 @@ type AuditResult struct {
 	// Message says what limited the audit, or why it failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Remediation is the latest remediation of the window, if any.
+	// +optional
+	Remediation *RemediationResult `json:"remediation,omitempty"`
 }
 
 // CircuitState is the circuit's state as an operator needs it at a glance.

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -47,88 +48,130 @@ func runAudit(args []string, out io.Writer) error {
 	qps := fs.Float64("qps", v1alpha1.DefaultAuditQPS, "most API requests per second")
 	maxObjects := fs.Int("max-objects", 10000, "stop after this many matching objects")
 	noReview := fs.Bool("no-review", false, "list the objects without re-reviewing them")
-	// Flags may follow the breaker's name.
-	var name string
-	rest := args
-	for len(rest) > 0 {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if name != "" {
-			return fmt.Errorf("audit takes one breaker, got %q and %q", name, fs.Arg(0))
-		}
-		name, rest = fs.Arg(0), fs.Args()[1:]
-	}
-	switch {
-	case name == "":
-		fs.Usage()
-		return fmt.Errorf("audit needs a breaker name")
-	case *output != "table" && *output != "json":
-		return fmt.Errorf("-o %q: want table or json", *output)
-	case *window < 1:
-		return fmt.Errorf("--window %d: windows are numbered from 1 (the most recent)", *window)
-	case *qps <= 0:
-		return fmt.Errorf("--qps %v must be positive", *qps)
-	case *maxObjects < 1:
-		return fmt.Errorf("--max-objects %d must be at least 1", *maxObjects)
-	}
-	f := &flags{kubeconfig: *kubeconfig}
-	cfg, err := f.restConfig()
+	name, err := parseNamed(fs, args, "audit")
 	if err != nil {
 		return err
 	}
-	c, err := clusterClient(*kubeconfig)
-	if err != nil {
+	if err := checkAuditFlags(*output, *window, *qps, *maxObjects); err != nil {
 		return err
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	var b v1alpha1.WebhookCircuitBreaker
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, &b); err != nil {
-		return fmt.Errorf("breaker %s: %w", name, err)
-	}
-	h := b.Status.History
-	if len(h) < *window {
-		return fmt.Errorf("breaker %s has %d open windows in its history; --window %d is not one of them", name, len(h), *window)
-	}
-	w := h[len(h)-*window]
-	to := time.Now()
-	if w.ClosedAt != nil {
-		to = w.ClosedAt.Time
-	}
-	wh, err := circuit.Read(ctx, c, b.Spec.Target)
+	s, err := openWindow(ctx, *kubeconfig, name, *window, *qps, *noReview)
 	if err != nil {
 		return err
 	}
-	// The re-reviews name the operator running the audit.
-	requester, err := identity.Username(ctx, cfg)
+	s.auditor.MaxObjects = *maxObjects
+	report, err := s.audit(ctx)
 	if err != nil {
 		return err
-	}
-	var reviewer audit.Reviewer
-	if !*noReview {
-		reviewer = &probe.HTTPProber{Requester: requester}
-	}
-	burst := max(int(*qps), 1)
-	a, err := audit.NewAuditor(cfg, float32(*qps), burst, reviewer)
-	if err != nil {
-		return err
-	}
-	a.MaxObjects = *maxObjects
-	a.User = requester
-	report, err := a.Audit(ctx, wh, audit.Window{From: w.OpenedAt.Time, To: to})
-	if err != nil {
-		return fmt.Errorf("audit of breaker %s: %w", name, err)
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}
-	return printAudit(out, report, w.ClosedAt == nil, a.Requests())
+	return printAudit(out, report, s.window.ClosedAt == nil, s.auditor.Requests())
+}
+
+// parseNamed parses a command's flags around its one breaker name.
+func parseNamed(fs *flag.FlagSet, args []string, cmd string) (string, error) {
+	var name string
+	rest := args
+	for len(rest) > 0 {
+		if err := fs.Parse(rest); err != nil {
+			return "", err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if name != "" {
+			return "", fmt.Errorf("%s takes one breaker, got %q and %q", cmd, name, fs.Arg(0))
+		}
+		name, rest = fs.Arg(0), fs.Args()[1:]
+	}
+	if name == "" {
+		fs.Usage()
+		return "", fmt.Errorf("%s needs a breaker name", cmd)
+	}
+	return name, nil
+}
+
+func checkAuditFlags(output string, window int, qps float64, maxObjects int) error {
+	switch {
+	case output != "table" && output != "json":
+		return fmt.Errorf("-o %q: want table or json", output)
+	case window < 1:
+		return fmt.Errorf("--window %d: windows are numbered from 1 (the most recent)", window)
+	case qps <= 0:
+		return fmt.Errorf("--qps %v must be positive", qps)
+	case maxObjects < 1:
+		return fmt.Errorf("--max-objects %d must be at least 1", maxObjects)
+	}
+	return nil
+}
+
+// windowAudit is one open window of one breaker, ready to audit.
+type windowAudit struct {
+	cfg       *rest.Config
+	client    client.Client
+	breaker   v1alpha1.WebhookCircuitBreaker
+	window    v1alpha1.OpenWindow
+	webhook   circuit.Webhook
+	requester string
+	auditor   *audit.Auditor
+}
+
+// openWindow reads the breaker, its window number n (1 the most recent)
+// and its webhook, and makes an auditor limited to qps.
+func openWindow(ctx context.Context, kubeconfig, name string, n int, qps float64, noReview bool) (*windowAudit, error) {
+	f := &flags{kubeconfig: kubeconfig}
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := clusterClient(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	s := &windowAudit{cfg: cfg, client: c}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &s.breaker); err != nil {
+		return nil, fmt.Errorf("breaker %s: %w", name, err)
+	}
+	h := s.breaker.Status.History
+	if len(h) < n {
+		return nil, fmt.Errorf("breaker %s has %d open windows in its history; --window %d is not one of them", name, len(h), n)
+	}
+	s.window = h[len(h)-n]
+	if s.webhook, err = circuit.Read(ctx, c, s.breaker.Spec.Target); err != nil {
+		return nil, err
+	}
+	// The re-reviews name the operator running the command.
+	if s.requester, err = identity.Username(ctx, cfg); err != nil {
+		return nil, err
+	}
+	var reviewer audit.Reviewer
+	if !noReview {
+		reviewer = &probe.HTTPProber{Requester: s.requester}
+	}
+	if s.auditor, err = audit.NewAuditor(cfg, float32(qps), max(int(qps), 1), reviewer); err != nil {
+		return nil, err
+	}
+	s.auditor.User = s.requester
+	return s, nil
+}
+
+// audit audits the window (up to now if it is still open).
+func (s *windowAudit) audit(ctx context.Context) (*audit.Report, error) {
+	to := time.Now()
+	if s.window.ClosedAt != nil {
+		to = s.window.ClosedAt.Time
+	}
+	report, err := s.auditor.Audit(ctx, s.webhook, audit.Window{From: s.window.OpenedAt.Time, To: to})
+	if err != nil {
+		return nil, fmt.Errorf("audit of breaker %s: %w", s.breaker.Name, err)
+	}
+	return report, nil
 }
 
 func printAudit(out io.Writer, r *audit.Report, stillOpen bool, requests int64) error {

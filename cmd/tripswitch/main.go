@@ -6,6 +6,7 @@
 //	tripswitch restore CONFIG/WEBHOOK...   restore from a record without the controller
 //	tripswitch restore --all
 //	tripswitch audit BREAKER [--window N]  list and re-review what an open window admitted
+//	tripswitch remediate BREAKER [--apply] repair it: re-apply patches, roll Pods, label objections
 //	tripswitch check [-o table|json]       find what would keep each breaker from working
 //	tripswitch --version                   print the version
 //	tripswitch --help                      list the flags
@@ -67,6 +68,8 @@ func dispatch(args []string, out io.Writer) error {
 			return runRestore(args[1:], out)
 		case "audit":
 			return runAudit(args[1:], out)
+		case "remediate":
+			return runRemediate(args[1:], out)
 		case "standdown":
 			return runStanddown(args[1:], out)
 		case "check":
@@ -124,6 +127,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 			"  status                     list the circuits held open, from the records on the webhook configurations\n"+
 			"  restore CONFIG/WEBHOOK...  restore a webhook's original policy from its record (--all for every one)\n"+
 			"  audit BREAKER              list what an open window admitted without the webhook, and re-review it\n"+
+			"  remediate BREAKER          repair it (dry run unless --apply): re-apply patches, roll Pods, label objections\n"+
 			"  standdown --namespace NS   before an uninstall: stop the controller, restore every circuit, release every breaker\n"+
 			"  check                      find what would keep each breaker from working (exit 1 on a problem)\n\n"+
 			"Flags:\n")
@@ -150,7 +154,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit, standdown, check; see --help)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (commands: status, restore, audit, remediate, standdown, check; see --help)", fs.Arg(0))
 	}
 	if f.signalInterval < time.Second {
 		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)

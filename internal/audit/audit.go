@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Window is when the circuit was open.
@@ -65,8 +66,21 @@ type Finding struct {
 	Message string `json:"message,omitempty"`
 	// Patch is the JSON patch a mutating webhook returned.
 	Patch string `json:"patch,omitempty"`
+	// ResourceVersion is the object's resourceVersion as it was reviewed:
+	// the precondition of anything done to it on the strength of this
+	// verdict.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 
 	obj *unstructured.Unstructured // as listed: re-reviewed without another read
+	res gvr
+}
+
+// Object is the object as it was reviewed (nil on a decoded report).
+func (f *Finding) Object() *unstructured.Unstructured { return f.obj }
+
+// GroupVersionResource is the resource the object was listed through.
+func (f *Finding) GroupVersionResource() schema.GroupVersionResource {
+	return f.res.GroupVersionResource
 }
 
 // Report is one audit of one window.

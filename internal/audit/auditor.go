@@ -128,7 +128,8 @@ func (a *Auditor) Audit(ctx context.Context, wh circuit.Webhook, w Window) (*Rep
 				return false
 			}
 			f := Finding{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Resource: res.GroupResource().String(),
-				Namespace: obj.GetNamespace(), Name: obj.GetName(), Operation: op, At: at, Evidence: evidence, Message: note, obj: obj}
+				Namespace: obj.GetNamespace(), Name: obj.GetName(), Operation: op, At: at, Evidence: evidence, Message: note,
+				ResourceVersion: obj.GetResourceVersion(), obj: obj, res: res}
 			r.Findings = append(r.Findings, f)
 			r.Found++
 			return true
@@ -143,7 +144,7 @@ func (a *Auditor) Audit(ctx context.Context, wh circuit.Webhook, w Window) (*Rep
 	if r.Truncated {
 		r.Notes = append(r.Notes, fmt.Sprintf("stopped at the cap of %d objects: later objects were not examined", a.MaxObjects))
 	}
-	a.review(ctx, wh, r, resources)
+	a.review(ctx, wh, r)
 	for _, f := range r.Findings {
 		r.Counts[f.Verdict]++
 	}
@@ -279,7 +280,7 @@ func (a *Auditor) namespaceLabels(ctx context.Context) (map[string]labels.Set, e
 }
 
 // review sends each finding to the webhook as a dry-run AdmissionReview.
-func (a *Auditor) review(ctx context.Context, wh circuit.Webhook, r *Report, resources []gvr) {
+func (a *Auditor) review(ctx context.Context, wh circuit.Webhook, r *Report) {
 	if a.Reviewer == nil {
 		r.Notes = append(r.Notes, "not re-reviewed: asked to list only")
 		for i := range r.Findings {
@@ -287,25 +288,14 @@ func (a *Auditor) review(ctx context.Context, wh circuit.Webhook, r *Report, res
 		}
 		return
 	}
-	if se := wh.SideEffects; se == nil || (*se != admissionregistrationv1.SideEffectClassNone && *se != admissionregistrationv1.SideEffectClassNoneOnDryRun) {
-		class := "unset"
-		if se != nil {
-			class = string(*se)
-		}
+	if class, ok := reviewable(wh); !ok {
 		r.Notes = append(r.Notes, fmt.Sprintf("not re-reviewed: the webhook declares sideEffects %s, and only None or NoneOnDryRun are safe to call with dryRun", class))
 		for i := range r.Findings {
 			r.Findings[i].Verdict = NotReviewed
 		}
 		return
 	}
-	byGR := map[string]gvr{}
-	for _, res := range resources {
-		byGR[res.GroupResource().String()] = res
-	}
-	timeout := 10 * time.Second
-	if wh.TimeoutSeconds != nil {
-		timeout = time.Duration(*wh.TimeoutSeconds) * time.Second
-	}
+	timeout := reviewTimeout(wh)
 	sem := make(chan struct{}, a.Concurrency)
 	var wg sync.WaitGroup
 	for i := range r.Findings {
@@ -313,10 +303,52 @@ func (a *Auditor) review(ctx context.Context, wh circuit.Webhook, r *Report, res
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a.reviewOne(ctx, wh, f, byGR[f.Resource], timeout)
+			a.reviewOne(ctx, wh, f, f.res, timeout)
 		})
 	}
 	wg.Wait()
+}
+
+// reviewable reports whether the webhook may be sent a dry-run review: only
+// sideEffects None or NoneOnDryRun; class names what it declares.
+func reviewable(wh circuit.Webhook) (class string, ok bool) {
+	se := wh.SideEffects
+	if se == nil {
+		return "unset", false
+	}
+	return string(*se), *se == admissionregistrationv1.SideEffectClassNone || *se == admissionregistrationv1.SideEffectClassNoneOnDryRun
+}
+
+func reviewTimeout(wh circuit.Webhook) time.Duration {
+	if wh.TimeoutSeconds != nil {
+		return time.Duration(*wh.TimeoutSeconds) * time.Second
+	}
+	return 10 * time.Second
+}
+
+// Rereview reads the finding's object again and asks the webhook about it
+// as it is now, updating the finding in place (Verdict, Message, Patch,
+// ResourceVersion): for an object that changed after its review, so that
+// nothing is done to it on the strength of a verdict about another
+// version. An object deleted since is an error that apierrors.IsNotFound
+// recognises. The webhook's side effects are checked as in Audit.
+func (a *Auditor) Rereview(ctx context.Context, wh circuit.Webhook, f *Finding) error {
+	a.defaults()
+	obj, err := a.Dynamic.Resource(f.res.GroupVersionResource).Namespace(f.Namespace).Get(ctx, f.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("re-read %s %s: %w", f.Resource, f.Name, err)
+	}
+	f.obj, f.ResourceVersion, f.Patch, f.Message = obj, obj.GetResourceVersion(), "", ""
+	if a.Reviewer == nil {
+		f.Verdict, f.Message = NotChecked, "not re-reviewed"
+		return nil
+	}
+	if _, ok := reviewable(wh); !ok {
+		f.Verdict = NotReviewed
+		return nil
+	}
+	a.reviewOne(ctx, wh, f, f.res, reviewTimeout(wh))
+	return nil
 }
 
 func (a *Auditor) reviewOne(ctx context.Context, wh circuit.Webhook, f *Finding, res gvr, timeout time.Duration) {

@@ -1,7 +1,8 @@
 // Package auditrun runs the audits of breakers' closed windows: after a
 // circuit closes, it finds what was admitted without the webhook
 // (internal/audit), records the result in the breaker's status history and
-// says so in an event. It runs on the leader, one audit at a time, and
+// says so in an event; for a breaker with spec.audit.remediate it then
+// repairs what it found (internal/remediate). It runs on the leader, one audit at a time, and
 // reports each audit's counts through a callback.
 package auditrun
 
@@ -24,6 +25,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/remediate"
 )
 
 // Audit event reasons and the results in status.history[].audit.
@@ -58,6 +60,10 @@ type Runner struct {
 	Clock     clock.PassiveClock
 	// Done, if set, is told each completed audit's counts by verdict.
 	Done func(breaker string, counts map[audit.Verdict]int)
+	// Remediation holds the pacing of automatic remediations (evictions at
+	// once, backoff, timeout); zero values are remediate's defaults. What
+	// they may do comes from each breaker's spec.audit.remediate.
+	Remediation remediate.Options
 
 	once    sync.Once
 	queue   chan string
@@ -129,13 +135,16 @@ func (a *Runner) AuditPending(ctx context.Context, name string) error {
 			return err
 		}
 		a.report(&b, w, result, report)
+		if err := a.remediate(ctx, &b, w, report); err != nil {
+			return err
+		}
 	}
 }
 
 // run performs one audit; a failure is a result, not an error.
-func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audit.Report) {
+func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audited) {
 	now := func() metav1.Time { return metav1.NewTime(a.Clock.Now().Truncate(time.Second)) }
-	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audit.Report) {
+	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audited) {
 		return &v1alpha1.AuditResult{Result: AuditFailed, CompletedAt: now(), Message: "audit not possible: " + fmt.Sprintf(format, args...)}, nil
 	}
 	wh, err := circuit.Read(ctx, a.Reader, b.Spec.Target)
@@ -160,11 +169,18 @@ func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v
 	if err != nil {
 		return failed("%v", err)
 	}
-	return resultOf(report, auditor.Requests(), now()), report
+	return ResultOf(report, auditor.Requests(), now()), &audited{report: report, auditor: auditor, webhook: wh}
 }
 
-// resultOf summarises a report for the status.
-func resultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditResult {
+// audited is a completed audit and what made it, for its remediation.
+type audited struct {
+	report  *audit.Report
+	auditor *audit.Auditor
+	webhook circuit.Webhook
+}
+
+// ResultOf summarises a report for the status.
+func ResultOf(r *audit.Report, requests int64, at metav1.Time) *v1alpha1.AuditResult {
 	res := &v1alpha1.AuditResult{
 		Result: AuditCompleted, CompletedAt: at, Found: int32(r.Found), Truncated: r.Truncated, Requests: requests,
 		Objected: int32(r.Counts[audit.Objected]), WouldMutate: int32(r.Counts[audit.WouldMutate]),
@@ -202,9 +218,9 @@ func (a *Runner) record(ctx context.Context, name string, openedAt metav1.Time, 
 	return client.IgnoreNotFound(err)
 }
 
-func (a *Runner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, r *audit.Report) {
-	if r != nil && a.Done != nil {
-		a.Done(b.Name, r.Counts)
+func (a *Runner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, res *v1alpha1.AuditResult, done *audited) {
+	if done != nil && a.Done != nil {
+		a.Done(b.Name, done.report.Counts)
 	}
 	if a.Recorder == nil {
 		return
@@ -215,8 +231,8 @@ func (a *Runner) report(b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow
 		a.Recorder.Eventf(b, nil, "Warning", ReasonAuditFailed, "Audit", "the objects admitted while the circuit was open (%s) could not be audited: %s", span, res.Message)
 	case res.Objected+res.WouldMutate+res.NotChecked > 0:
 		a.Recorder.Eventf(b, nil, "Warning", ReasonAuditObjections, "Audit",
-			"%d objects were admitted without the webhook (%s): %d it objects to now, %d it would mutate, %d not checked; `tripswitch audit %s` lists them",
-			res.Found, span, res.Objected, res.WouldMutate, res.NotChecked, b.Name)
+			"%d objects were admitted without the webhook (%s): %d it objects to now, %d it would mutate, %d not checked; `tripswitch audit %s` lists them, `tripswitch remediate %s` repairs them",
+			res.Found, span, res.Objected, res.WouldMutate, res.NotChecked, b.Name, b.Name)
 	default:
 		a.Recorder.Eventf(b, nil, "Normal", ReasonAuditClean, "Audit", "%d objects were admitted without the webhook (%s); it objects to none of them now (%d not reviewed)", res.Found, span, res.NotReviewed)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -346,4 +347,36 @@ func edit(ctx context.Context, c client.Client, name string, change func(*admiss
 	base := cfg.DeepCopy()
 	change(&cfg)
 	return c.Patch(ctx, &cfg, client.MergeFrom(base))
+}
+
+// TestRemediationPermissions: config/default with the audit and remediation
+// components, on a real API server, asked as tripswitch's ServiceAccount:
+// it may patch the listed resource and evict Pods, and nothing more (no
+// update, no delete, no Pod writes, no patch of what is not listed).
+func TestRemediationPermissions(t *testing.T) {
+	objs := overlay(t, "resources:\n  - {{config}}/default\ncomponents:\n  - {{config}}/audit\n  - {{config}}/remediation\n")
+	in := install(t, objs, namespace, username())
+	for _, tc := range []struct {
+		group, resource, subresource, verb string
+		allowed                            bool
+	}{
+		{"apps", "deployments", "", "patch", true},
+		{"apps", "deployments", "", "get", true},
+		{"", "pods", "eviction", "create", true},
+		{"apps", "deployments", "", "update", false},
+		{"apps", "deployments", "", "delete", false},
+		{"", "pods", "", "delete", false},
+		{"", "pods", "", "patch", false},
+		{"", "pods", "", "create", false},
+		{"", "configmaps", "", "patch", false},
+	} {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "shop", Group: tc.group, Resource: tc.resource, Subresource: tc.subresource, Verb: tc.verb}}}
+		if err := in.sa.Create(t.Context(), review); err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s/%s (group %q): allowed %v, want %v", tc.verb, tc.resource, tc.subresource, tc.group, review.Status.Allowed, tc.allowed)
+		}
+	}
 }

@@ -64,7 +64,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 // optional part renders when enabled.
 func TestChartOptions(t *testing.T) {
 	defaults := helmTemplate(t, map[string]any{})
-	for _, opt := range []string{"tripswitch-audit", "tripswitch-apiserver-signal"} {
+	for _, opt := range []string{"tripswitch-audit", "tripswitch-apiserver-signal", "tripswitch-remediation"} {
 		if find(defaults, "ClusterRole", opt) != nil {
 			t.Fatalf("%s is rendered without being enabled", opt)
 		}
@@ -124,7 +124,7 @@ func TestKustomizeComponents(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := "resources:\n  - " + rel + "/default\ncomponents:\n"
-	for _, c := range []string{"endpoint-probing", "audit", "apiserver-signal"} {
+	for _, c := range []string{"endpoint-probing", "audit", "apiserver-signal", "remediation"} {
 		k += "  - " + rel + "/" + c + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
@@ -139,7 +139,7 @@ func TestKustomizeComponents(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := decode(t, out)
-	for _, name := range []string{"tripswitch-endpoint-probing", "tripswitch-audit", "tripswitch-apiserver-signal"} {
+	for _, name := range []string{"tripswitch-endpoint-probing", "tripswitch-audit", "tripswitch-apiserver-signal", "tripswitch-remediation"} {
 		if find(objs, "ClusterRole", name) == nil {
 			t.Errorf("ClusterRole %s missing", name)
 		}
@@ -152,6 +152,45 @@ func TestKustomizeComponents(t *testing.T) {
 		if ns := subjects[0].(map[string]any)["namespace"]; ns != "tripswitch-system" {
 			t.Errorf("%s binds the ServiceAccount in %v", name, ns)
 		}
+	}
+}
+
+// TestRemediationRBACMatchesKustomize: the chart's remediation values and
+// the kustomize component config/remediation (with config/audit, as a
+// breaker with spec.audit.remediate needs) grant the same narrow rules:
+// patch on the listed resources, create on pods/eviction, nothing else.
+func TestRemediationRBACMatchesKustomize(t *testing.T) {
+	k := overlay(t, "resources:\n  - {{config}}/default\ncomponents:\n  - {{config}}/audit\n  - {{config}}/remediation\n")
+	deployments := []any{map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}}}
+	values := chartValues()
+	values["audit"] = map[string]any{"enabled": true, "resources": deployments}
+	values["remediation"] = map[string]any{"enabled": true, "resources": deployments, "roll": true}
+	h := helmTemplate(t, values)
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
+		for _, name := range []string{"tripswitch-remediation", "tripswitch-audit"} {
+			ko, ho := find(k, kind, name), find(h, kind, name)
+			if ko == nil || ho == nil {
+				t.Fatalf("%s %s: in kustomize %v, in helm %v", kind, name, ko != nil, ho != nil)
+			}
+			ko, ho = ko.DeepCopy(), ho.DeepCopy()
+			unstructured.RemoveNestedField(ko.Object, "metadata", "labels")
+			unstructured.RemoveNestedField(ho.Object, "metadata", "labels")
+			if !reflect.DeepEqual(ko.Object, ho.Object) {
+				ky, _ := yaml.Marshal(ko.Object)
+				hy, _ := yaml.Marshal(ho.Object)
+				t.Errorf("%s %s differs:\n--- kustomize\n%s\n--- helm\n%s", kind, name, ky, hy)
+			}
+		}
+	}
+	role := find(helmTemplate(t, values), "ClusterRole", "tripswitch-remediation")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if fmt.Sprint(rules) != "[map[apiGroups:[apps] resources:[deployments] verbs:[patch]] map[apiGroups:[] resources:[pods/eviction] verbs:[create]]]" {
+		t.Fatalf("remediation rules %v", rules)
+	}
+	values["remediation"] = map[string]any{"enabled": true, "resources": deployments}
+	role = find(helmTemplate(t, values), "ClusterRole", "tripswitch-remediation")
+	if rules, _, _ := unstructured.NestedSlice(role.Object, "rules"); len(rules) != 1 {
+		t.Fatalf("without roll, rules %v (no eviction)", rules)
 	}
 }
 
@@ -203,6 +242,8 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
 		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},
 		{map[string]any{"apiserverSignal": map[string]any{"enabled": true}}, "apiserverSignal"},
+		{map[string]any{"remediation": map[string]any{"enabled": true}}, "remediation.enabled needs remediation.resources"},
+		{map[string]any{"remediation": map[string]any{"enabled": true, "roll": "yes"}}, "/remediation/roll"},
 		{map[string]any{"breakers": map[string]any{"a": map[string]any{"target": map[string]any{"kind": "Deployment", "configurationName": "a", "webhookName": "w"}}}}, "/breakers/a/target/kind"},
 	} {
 		err := helmTemplateErr(t, namespace, tc.values)
@@ -367,7 +408,7 @@ func TestKustomizeOverlayMatchesChart(t *testing.T) {
 
 	// The optional components' bindings follow the overlay too.
 	withComponents := overlay(t, "namespace: "+ns+"\nnamePrefix: guard-\nresources:\n  - {{config}}/default\n"+
-		"components:\n  - {{config}}/endpoint-probing\n  - {{config}}/audit\n  - {{config}}/apiserver-signal\n")
+		"components:\n  - {{config}}/endpoint-probing\n  - {{config}}/audit\n  - {{config}}/apiserver-signal\n  - {{config}}/remediation\n")
 	bound := 0
 	for _, o := range withComponents {
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
@@ -378,7 +419,7 @@ func TestKustomizeOverlayMatchesChart(t *testing.T) {
 			}
 		}
 	}
-	if bound < 7 {
+	if bound < 8 {
 		t.Errorf("with the components, only %d subjects", bound)
 	}
 
