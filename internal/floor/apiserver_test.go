@@ -3,6 +3,7 @@ package floor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -285,6 +286,23 @@ func TestFloorAdoptsAPolicyWrittenInert(t *testing.T) {
 	}
 	if p.MatchConditions != nil {
 		t.Fatalf("armed, the policy keeps conditions %v", p.MatchConditions)
+	}
+	// Someone else puts the condition back while armed: tripswitch does not
+	// fight it, but drops its record and adopts the policy anew.
+	o := p.Object.(*admissionregistrationv1.ValidatingAdmissionPolicy).DeepCopy()
+	o.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: floor.MatchConditionName, Expression: "false"}}
+	if err := env.Client.Update(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	p = read(t, w, v1alpha1.ValidatingAdmissionPolicy, vap.Name)
+	if _, err := w.Arm(ctx, p, owner, metav1.Now()); !errors.Is(err, floor.ErrExternalChange) {
+		t.Fatalf("arm over an external change: %v", err)
+	}
+	if wrote, err := w.Drop(ctx, p, owner); err != nil || !wrote || floor.Inspect(p).Record != nil || !floor.Inspect(p).Inert() {
+		t.Fatalf("drop: %v %v %+v", wrote, err, floor.Inspect(p))
+	}
+	if _, err := w.Arm(ctx, p, owner, metav1.Now()); err != nil || !floor.Inspect(p).Record.ConditionPreexisted {
+		t.Fatalf("re-adopted and armed: %v %+v", err, floor.Inspect(p).Record)
 	}
 	// Released while armed (say the breaker was deleted mid-outage, after
 	// its webhook was restored): back to inert, as written.

@@ -58,6 +58,11 @@ var (
 	// tripswitch.dev/circuit-open is on the policy with an expression other
 	// than "false": not tripswitch's, and never touched.
 	ErrForeignCondition = errors.New("fallback policy has a tripswitch.dev/circuit-open matchCondition that is not false")
+	// ErrExternalChange means someone else added or removed tripswitch's
+	// condition since its last write (the record and the policy disagree).
+	// tripswitch never fights that: Arm, Disarm and Release refuse, and
+	// Drop lets go of the record, leaving the policy as it is.
+	ErrExternalChange = errors.New("fallback policy's condition was changed by someone else")
 	// ErrTooManyConditions means the policy has no room for the condition.
 	ErrTooManyConditions = errors.New("fallback policy has the maximum number of matchConditions")
 )
@@ -211,6 +216,9 @@ func check(p *Policy, s State, owner Owner) error {
 	if s.ConditionIndex >= 0 && !s.Inert() {
 		return fmt.Errorf("floor of %s: %w (expression %q)", p.Name(), ErrForeignCondition, s.ConditionExpression)
 	}
+	if s.Drifted() {
+		return fmt.Errorf("floor of %s: %w: the record says armed=%v, the policy armed=%v", p.Name(), ErrExternalChange, s.Record.Armed, s.Armed())
+	}
 	return nil
 }
 
@@ -355,4 +363,18 @@ func ReleasePatch(p *Policy, owner Owner) ([]byte, error) {
 		ops = removeOps(p, s.ConditionIndex)
 	}
 	return patch(p, ops, nil)
+}
+
+// DropPatch builds the patch that removes the record and changes nothing
+// else: for a policy whose condition someone else changed (ErrExternalChange).
+// A later Arm or Disarm adopts the policy anew, as it then is.
+func DropPatch(p *Policy, owner Owner) ([]byte, error) {
+	s := Inspect(p)
+	if s.Record == nil {
+		return nil, nil
+	}
+	if s.Record.BreakerUID != owner.UID {
+		return nil, fmt.Errorf("floor of %s: %w: breaker %s (uid %s)", p.Name(), ErrOwnedByOther, s.Record.Breaker, s.Record.BreakerUID)
+	}
+	return patch(p, nil, nil)
 }

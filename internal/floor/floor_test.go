@@ -176,20 +176,46 @@ func TestRefusals(t *testing.T) {
 }
 
 // A record that disagrees with the policy (someone re-added or removed the
-// condition) shows as drift, and Arm and Disarm still converge.
+// condition) shows as drift: Arm, Disarm and Release refuse it, and Drop
+// removes the record alone, after which the policy is adopted anew.
 func TestDrift(t *testing.T) {
-	rec := v1alpha1.FloorRecord{Policy: "ValidatingAdmissionPolicy/p", Breaker: "b", BreakerUID: me.UID, Armed: true, ArmedAt: &now}
-	data, _ := json.Marshal(rec)
-	p := policy(map[string]string{AnnotationKey: string(data)}, cond(MatchConditionName, "false"))
-	if s := Inspect(p); !s.Drifted() {
-		t.Fatalf("not drifted: %+v", s)
-	}
-	patch, err := ArmPatch(p, me, now)
-	if err != nil || patch == nil {
-		t.Fatalf("arm over drift: %s %v", patch, err)
-	}
-	if s := Inspect(apply(t, p, patch)); !s.Armed() || s.Drifted() {
-		t.Fatalf("after arm: %+v", s)
+	for name, tc := range map[string]struct {
+		armed bool
+		conds []admissionregistrationv1.MatchCondition
+	}{
+		"re-added while armed":   {true, []admissionregistrationv1.MatchCondition{cond(MatchConditionName, "false")}},
+		"removed while disarmed": {false, nil},
+		"removed, others remain": {false, []admissionregistrationv1.MatchCondition{cond("a", "true")}},
+	} {
+		rec := v1alpha1.FloorRecord{Policy: "ValidatingAdmissionPolicy/p", Breaker: "b", BreakerUID: me.UID, Armed: tc.armed}
+		data, _ := json.Marshal(rec)
+		p := policy(map[string]string{AnnotationKey: string(data), "k": "v"}, tc.conds...)
+		if s := Inspect(p); !s.Drifted() {
+			t.Fatalf("%s: not drifted: %+v", name, s)
+		}
+		for op, f := range map[string]func() ([]byte, error){
+			"arm":     func() ([]byte, error) { return ArmPatch(p, me, now) },
+			"disarm":  func() ([]byte, error) { return DisarmPatch(p, me, now) },
+			"release": func() ([]byte, error) { return ReleasePatch(p, me) },
+		} {
+			if _, err := f(); !errors.Is(err, ErrExternalChange) {
+				t.Errorf("%s: %s: %v, want ErrExternalChange", name, op, err)
+			}
+		}
+		if _, err := DropPatch(p, Owner{Breaker: "x", UID: "uid-2"}); !errors.Is(err, ErrOwnedByOther) {
+			t.Errorf("%s: another breaker dropped the record: %v", name, err)
+		}
+		patch, err := DropPatch(p, me)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped := apply(t, p, patch)
+		if s := Inspect(dropped); s.Record != nil || names(dropped) != names(p) || dropped.Object.GetAnnotations()["k"] != "v" {
+			t.Fatalf("%s: dropped %+v %q", name, s, names(dropped))
+		}
+		if patch, err := DisarmPatch(dropped, me, now); err != nil || patch == nil {
+			t.Fatalf("%s: adoption after the drop: %s %v", name, patch, err)
+		}
 	}
 }
 

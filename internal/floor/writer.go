@@ -61,6 +61,16 @@ func (w Writer) Release(ctx context.Context, p *Policy, owner Owner) (bool, erro
 	return true, w.apply(ctx, p, "release", data)
 }
 
+// Drop removes the record and nothing else (see DropPatch). It reports
+// whether it wrote.
+func (w Writer) Drop(ctx context.Context, p *Policy, owner Owner) (bool, error) {
+	data, err := DropPatch(p, owner)
+	if err != nil || data == nil {
+		return false, err
+	}
+	return true, w.apply(ctx, p, "drop the record of", data)
+}
+
 func (w Writer) apply(ctx context.Context, p *Policy, what string, data []byte) error {
 	if err := w.Client.Patch(ctx, p.Object, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return fmt.Errorf("%s floor %s: %w", what, p.Name(), err)
