@@ -31,6 +31,7 @@ const (
 	DefaultAuditMaxObjects       = 1000
 	DefaultAuditQPS              = 5
 	DefaultAuditRemediate        = RemediateNone
+	DefaultOnMaxOpen             = OnMaxOpenStay
 )
 
 // ResolvedSpec is a breaker's spec with every default applied, resolved
@@ -47,6 +48,11 @@ type ResolvedSpec struct {
 	// HalfOpen is nil when closing needs no trial: any action but Bypass,
 	// or Bypass without the API server signal.
 	HalfOpen *ResolvedHalfOpen
+	// Fallback is nil when there is no fallback policy.
+	Fallback *FallbackPolicy
+	// MaxOpen is 0 when the circuit may stay open without limit.
+	MaxOpen   time.Duration
+	OnMaxOpen OnMaxOpen
 }
 
 // ResolvedHalfOpen is spec.halfOpen with its defaults.
@@ -83,7 +89,17 @@ type ResolvedAudit struct {
 
 // Resolve returns the spec with every default applied.
 func (s *WebhookCircuitBreakerSpec) Resolve() ResolvedSpec {
-	r := ResolvedSpec{Mode: s.Mode, Action: s.OpenAction, Probe: s.Probe.Resolve()}
+	r := ResolvedSpec{Mode: s.Mode, Action: s.OpenAction, Probe: s.Probe.Resolve(), OnMaxOpen: s.OnMaxOpen}
+	if r.OnMaxOpen == "" {
+		r.OnMaxOpen = DefaultOnMaxOpen
+	}
+	if s.MaxOpenDuration != nil && s.MaxOpenDuration.Duration > 0 {
+		r.MaxOpen = s.MaxOpenDuration.Duration
+	}
+	if w := s.WhileOpen; w != nil && w.FallbackPolicy != nil {
+		fp := *w.FallbackPolicy
+		r.Fallback = &fp
+	}
 	if r.Mode == "" {
 		r.Mode = DefaultMode
 	}

@@ -130,6 +130,7 @@ type ProbeSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.target.kind != 'MutatingWebhookConfiguration' || (has(self.allowAdmissionWithoutMutation) && self.allowAdmissionWithoutMutation)",message="allowAdmissionWithoutMutation must be true for a MutatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's mutation during an outage"
 // +kubebuilder:validation:XValidation:rule="self.target.kind != 'ValidatingWebhookConfiguration' || (has(self.allowAdmissionWithoutValidation) && self.allowAdmissionWithoutValidation)",message="allowAdmissionWithoutValidation must be true for a ValidatingWebhookConfiguration target: it records that an operator approved admitting objects without this webhook's validation during an outage"
 // +kubebuilder:validation:XValidation:rule="!has(self.halfOpen) || (has(self.apiServerSignal) && has(self.apiServerSignal.enabled) && self.apiServerSignal.enabled && has(self.openAction) && self.openAction == 'Bypass')",message="halfOpen needs openAction Bypass and apiServerSignal.enabled: the trial sends a sample of real requests to the webhook (Bypass skips them all otherwise) and is judged on the API server's counts of those calls (with Ignore the API server calls the webhook anyway, so the signal already judges real calls)"
+// +kubebuilder:validation:XValidation:rule="!has(self.onMaxOpen) || self.onMaxOpen != 'Close' || has(self.maxOpenDuration)",message="onMaxOpen: Close needs maxOpenDuration: it says after how long the circuit fails closed again"
 type WebhookCircuitBreakerSpec struct {
 	// Target is the one webhook this breaker may change. Immutable.
 	// +required
@@ -192,6 +193,21 @@ type WebhookCircuitBreakerSpec struct {
 	// alone. See docs/half-open.md.
 	// +optional
 	HalfOpen *HalfOpenSpec `json:"halfOpen,omitempty"`
+	// WhileOpen is what stands in for the webhook while its circuit is open.
+	// +optional
+	WhileOpen *WhileOpenSpec `json:"whileOpen,omitempty"`
+	// MaxOpenDuration is how long the circuit may stay open before the
+	// breaker raises OpenTooLong, a duration from 1m to 720h. Unset: no limit.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('720h')",message="maxOpenDuration must be a duration from 1m to 720h, such as 30m or 4h"
+	MaxOpenDuration *metav1.Duration `json:"maxOpenDuration,omitempty"`
+	// OnMaxOpen is what happens after maxOpenDuration: Stay keeps the
+	// circuit open (OpenTooLong is raised either way); Close fails closed
+	// again, restoring the webhook's original policy. Default Stay.
+	// +optional
+	// +kubebuilder:default=Stay
+	OnMaxOpen OnMaxOpen `json:"onMaxOpen,omitempty"`
 }
 
 // HalfOpenSpec configures the trial of real admission calls before a
@@ -632,6 +648,10 @@ type WebhookCircuitBreakerStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=20
 	History []OpenWindow `json:"history,omitempty"`
+	// Floor is the fallback policy (spec.whileOpen.fallbackPolicy), as its
+	// record on the policy says.
+	// +optional
+	Floor *FloorStatus `json:"floor,omitempty"`
 }
 
 // WebhookCircuitBreaker fails one approved admission webhook open during a

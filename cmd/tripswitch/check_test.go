@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +185,12 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 		if b := byName[name]; b.Worst() == preflight.Problem {
 			t.Errorf("%s: %+v, want no problem", name, b.Findings)
 		}
+	}
+	// The chain of webhooks that match the same requests fits the deadline.
+	if f := byName["fine"].Findings; !slices.ContainsFunc(f, func(f preflight.Finding) bool {
+		return f.Check == preflight.CheckDeadline && f.Result == preflight.OK && strings.Contains(f.Message, "within the API server's request deadline of 1m0s")
+	}) {
+		t.Errorf("fine: no deadline finding within 1m0s: %+v", f)
 	}
 
 	var table bytes.Buffer

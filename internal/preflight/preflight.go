@@ -13,6 +13,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
 
 // Result is how one check came out.
@@ -33,6 +34,10 @@ const (
 	CheckFailOpen   = "failOpen"
 	CheckProbe      = "probe"
 	CheckPermission = "permissions"
+	// CheckDeadline: the webhooks that can match the same requests fit the
+	// API server's request deadline with every circuit closed (a warning at
+	// worst: the breaker still works).
+	CheckDeadline = "deadline"
 )
 
 // Finding is the outcome of one check of one breaker.
@@ -133,6 +138,10 @@ type checker struct {
 	all []v1alpha1.WebhookCircuitBreaker
 	// names caches the configurations of each kind that exist.
 	names map[v1alpha1.TargetKind][]string
+	// hooks caches every webhook, read once per Run for the deadline check.
+	hooks     []webhookchain.Hook
+	hooksErr  error
+	hooksRead bool
 }
 
 func (c *checker) breaker(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) Breaker {
@@ -149,7 +158,33 @@ func (c *checker) breaker(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker
 	}
 	c.probe(ctx, b, cfg, add)
 	c.permissions(ctx, b, cfg, add)
+	if cfg != nil {
+		c.deadline(ctx, b, cfg, add)
+	}
 	return out
+}
+
+// deadline: the chain of webhooks that can match the target's requests,
+// judged against the API server's default request deadline.
+func (c *checker) deadline(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, cfg *circuit.Configuration, add addFunc) {
+	i := cfg.Index(b.Spec.Target.WebhookName)
+	if i < 0 {
+		return
+	}
+	if !c.hooksRead {
+		c.hooks, c.hooksErr = webhookchain.Read(ctx, c.Client)
+		c.hooksRead = true
+	}
+	if c.hooksErr != nil {
+		add(CheckDeadline, Warning, "could not list the webhook configurations with your credentials, so the webhooks that match the same requests are unknown: %v", c.hooksErr)
+		return
+	}
+	v := webhookchain.Judge(cfg.Webhooks[i], c.hooks, 0)
+	if v.Exceeds {
+		add(CheckDeadline, Warning, "%s", v.Message)
+		return
+	}
+	add(CheckDeadline, OK, "%s", v.Message)
 }
 
 type addFunc func(check string, r Result, format string, args ...any)

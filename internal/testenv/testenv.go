@@ -40,6 +40,9 @@ type Env struct {
 type Options struct {
 	// CRDs installs the repository's CustomResourceDefinitions from config/crd/bases.
 	CRDs bool
+	// APIServerFlags are set on kube-apiserver's command line (name without
+	// dashes), for example admission-control-config-file.
+	APIServerFlags map[string]string
 	// AddToScheme registers further types with the client's scheme.
 	AddToScheme []func(*runtime.Scheme) error
 }
@@ -81,6 +84,9 @@ func New(opts Options) (*Env, error) {
 	if opts.CRDs {
 		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		env.ErrorIfCRDPathMissing = true
+	}
+	for name, value := range opts.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(name, value)
 	}
 	cfg, err := env.Start()
 	if err != nil {

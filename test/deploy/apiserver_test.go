@@ -2,6 +2,9 @@ package deploy
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/floor"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -38,7 +41,14 @@ type installed struct {
 // it, installing into ns as user) for real.
 func install(t *testing.T, objs []*unstructured.Unstructured, ns, user string) *installed {
 	t.Helper()
-	env := testenv.Start(t, testenv.Options{AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	return installWith(t, testenv.Options{}, objs, ns, user)
+}
+
+// installWith is install on a control plane started with opts.
+func installWith(t *testing.T, opts testenv.Options, objs []*unstructured.Unstructured, ns, user string) *installed {
+	t.Helper()
+	opts.AddToScheme = append(opts.AddToScheme, v1alpha1.AddToScheme)
+	env := testenv.Start(t, opts)
 	ctx := t.Context()
 	nsObj := find(objs, "Namespace", ns)
 	if nsObj == nil {
@@ -192,6 +202,7 @@ func testInstalledPermissions(t *testing.T, in *installed) {
 	in.mutating(t, approvedMutating)
 	in.mutating(t, "not-approved")
 	in.validating(t, approvedValidating)
+	in.fallbackPolicies(t)
 
 	// The guard takes effect once the API server has loaded it: probe with a
 	// label change (which it denies), undoing any that got through first.
@@ -236,6 +247,34 @@ func testInstalledPermissions(t *testing.T, in *installed) {
 		}
 		if len(now.Annotations) != 1 || *now.Webhooks[0].FailurePolicy != admissionregistrationv1.Fail || len(now.Webhooks[0].MatchConditions) != 0 {
 			t.Fatalf("after two cycles the configuration is not back to its original: %+v", now)
+		}
+	})
+
+	t.Run("the floor's writes pass for both policy kinds", func(t *testing.T) {
+		if err := in.floorCycle(ctx, v1alpha1.ValidatingAdmissionPolicy, approvedValidatingFallback); err != nil {
+			t.Fatalf("floor cycle on a ValidatingAdmissionPolicy as the ServiceAccount: %v", err)
+		}
+		if err := in.floorCycle(ctx, v1alpha1.MutatingAdmissionPolicy, approvedMutatingFallback); err != nil {
+			t.Fatalf("floor cycle on a MutatingAdmissionPolicy as the ServiceAccount: %v", err)
+		}
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := in.admin.Get(ctx, client.ObjectKey{Name: approvedValidatingFallback}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Annotations) != 1 || len(p.Spec.MatchConditions) != 1 {
+			t.Fatalf("after a cycle and a release the policy is not as written: %+v", p)
+		}
+	})
+
+	t.Run("without the static guard, RBAC alone does not stop a rewrite of an approved policy", func(t *testing.T) {
+		// kube-apiserver applies no policy created through the API to
+		// admission policies: config/admission-guard-static is the guard
+		// (TestStaticFallbackGuard), loaded from a file at start-up.
+		err := in.saEditVAP(ctx, approvedValidatingFallback, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.Validations[0].Message = "rewritten by the ServiceAccount"
+		})
+		if err != nil {
+			t.Fatalf("an approved policy's rewrite by the ServiceAccount was refused without the static guard: %v (if the API server now guards policies with API-created policies, move the guard into config/admission-guard)", err)
 		}
 	})
 
@@ -293,16 +332,22 @@ func testInstalledPermissions(t *testing.T, in *installed) {
 			"patch an unapproved configuration": in.saEdit(ctx, "not-approved", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
 				c.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 			}),
-			"get an unapproved configuration":  in.sa.Get(ctx, client.ObjectKey{Name: "not-approved"}, &admissionregistrationv1.MutatingWebhookConfiguration{}),
-			"delete an approved configuration": in.sa.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: approvedMutating}}),
-			"create a configuration":           in.sa.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "new"}}),
-			"list all configurations":          in.sa.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}),
-			"list validating configurations":   in.sa.List(ctx, &admissionregistrationv1.ValidatingWebhookConfigurationList{}),
-			"list configmaps":                  in.sa.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(namespace)),
-			"list secrets":                     in.sa.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)),
-			"get a secret":                     in.sa.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &corev1.Secret{}),
-			"list configmaps cluster-wide":     in.sa.List(ctx, &corev1.ConfigMapList{}),
-			"create a configmap":               in.sa.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}),
+			"get an unapproved configuration":    in.sa.Get(ctx, client.ObjectKey{Name: "not-approved"}, &admissionregistrationv1.MutatingWebhookConfiguration{}),
+			"delete an approved configuration":   in.sa.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: approvedMutating}}),
+			"create a configuration":             in.sa.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "new"}}),
+			"list all configurations":            in.sa.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}),
+			"list validating configurations":     in.sa.List(ctx, &admissionregistrationv1.ValidatingWebhookConfigurationList{}),
+			"list configmaps":                    in.sa.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(namespace)),
+			"list secrets":                       in.sa.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)),
+			"get a secret":                       in.sa.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &corev1.Secret{}),
+			"list configmaps cluster-wide":       in.sa.List(ctx, &corev1.ConfigMapList{}),
+			"create a configmap":                 in.sa.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}),
+			"get an unapproved fallback policy":  in.sa.Get(ctx, client.ObjectKey{Name: "not-approved-fallback"}, &admissionregistrationv1.ValidatingAdmissionPolicy{}),
+			"list validating policies":           in.sa.List(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyList{}),
+			"list mutating policies":             in.sa.List(ctx, &admissionregistrationv1.MutatingAdmissionPolicyList{}),
+			"delete an approved fallback policy": in.sa.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: approvedValidatingFallback}}),
+			"create a policy binding": in.sa.Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+				Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: approvedValidatingFallback, ValidationActions: []admissionregistrationv1.ValidationAction{"Deny"}}}),
 		}
 		for what, err := range forbidden {
 			if !apierrors.IsForbidden(err) {
@@ -331,6 +376,212 @@ func testInstalledPermissions(t *testing.T, in *installed) {
 			t.Errorf("list of the approved configuration by name: %v (%d items)", err, len(list.Items))
 		}
 	})
+}
+
+// fallbackPolicies creates, as an administrator, the approved fallback
+// policies (live, as an operator writes them) and one that is not approved.
+func (in *installed) fallbackPolicies(t *testing.T) {
+	t.Helper()
+	rules := &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+		RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{"CREATE"},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+		},
+	}}}
+	// Nothing in the test is named so: the policies never apply.
+	never := []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "object.metadata.name == 'never-created'"}}
+	vap := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"owner.example.com/team": "platform"}},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: rules, MatchConditions: never,
+				Validations: []admissionregistrationv1.Validation{{Expression: "has(object.metadata.labels)"}}},
+		}
+	}
+	for _, o := range []client.Object{vap(approvedValidatingFallback), vap("not-approved-fallback"),
+		&admissionregistrationv1.MutatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: approvedMutatingFallback},
+			Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{MatchConstraints: rules, MatchConditions: never,
+				ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+				Mutations: []admissionregistrationv1.Mutation{{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration,
+					ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: `Object{metadata: Object.metadata{labels: {"floor": "armed"}}}`}}}},
+		}} {
+		if err := in.admin.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// floorCycle adopts, arms, disarms and releases a fallback policy as the
+// ServiceAccount, with the floor's own writes.
+func (in *installed) floorCycle(ctx context.Context, kind v1alpha1.FallbackPolicyKind, name string) error {
+	w := floor.Writer{Client: in.sa}
+	owner := floor.Owner{Breaker: "deploy-test", UID: "uid"}
+	for _, step := range []func(*floor.Policy) (bool, error){
+		func(p *floor.Policy) (bool, error) { return w.Disarm(ctx, p, owner, metav1.Now()) },
+		func(p *floor.Policy) (bool, error) { return w.Arm(ctx, p, owner, metav1.Now()) },
+		func(p *floor.Policy) (bool, error) { return w.Disarm(ctx, p, owner, metav1.Now()) },
+		func(p *floor.Policy) (bool, error) { return w.Release(ctx, p, owner) },
+	} {
+		p, err := w.Read(ctx, v1alpha1.FallbackPolicy{Kind: kind, Name: name})
+		if err != nil {
+			return err
+		}
+		if wrote, err := step(p); err != nil || !wrote {
+			return fmt.Errorf("wrote %v: %w", wrote, err)
+		}
+	}
+	return nil
+}
+
+// saEditVAP reads the validating policy name as the ServiceAccount, applies
+// change, and writes it back with a merge patch.
+func (in *installed) saEditVAP(ctx context.Context, name string, change func(*admissionregistrationv1.ValidatingAdmissionPolicy)) error {
+	var p admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := in.sa.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+		return err
+	}
+	base := p.DeepCopy()
+	change(&p)
+	return in.sa.Patch(ctx, &p, client.MergeFrom(base))
+}
+
+// testFallbackGuard: with config/admission-guard-static loaded, the
+// ServiceAccount's floor writes pass and every other change to a fallback
+// policy is denied with the message of the rule it breaks.
+func testFallbackGuard(t *testing.T, in *installed) {
+	ctx := t.Context()
+	in.fallbackPolicies(t)
+	// The fallback guard is loaded on its own: wait for its denial too.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := in.saEditVAP(ctx, approvedValidatingFallback, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Labels = map[string]string{"probe": "guard"}
+		})
+		if err != nil && strings.Contains(err.Error(), "may not change labels") {
+			break
+		}
+		if err == nil {
+			var p admissionregistrationv1.ValidatingAdmissionPolicy
+			if err := in.admin.Get(ctx, client.ObjectKey{Name: approvedValidatingFallback}, &p); err != nil {
+				t.Fatal(err)
+			}
+			p.Labels = nil
+			if err := in.admin.Update(ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fallback guard never denied the ServiceAccount a label change: last error %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Adopted (inert, with a record): the state an edit would start from.
+	w := floor.Writer{Client: in.sa}
+	p, err := w.Read(ctx, v1alpha1.FallbackPolicy{Kind: v1alpha1.ValidatingAdmissionPolicy, Name: approvedValidatingFallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Disarm(ctx, p, floor.Owner{Breaker: "deploy-test", UID: "uid"}, metav1.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ours := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) int {
+		for j, c := range p.Spec.MatchConditions {
+			if c.Name == floor.MatchConditionName {
+				return j
+			}
+		}
+		return -1
+	}
+	for name, edit := range map[string]struct {
+		edit func(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		msg  string
+	}{
+		"its validations": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.Validations[0].Expression = "true"
+		}, "every other field of the spec must stay as it was"},
+		"its failurePolicy": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}, "every other field of the spec must stay as it was"},
+		"the operator's matchCondition": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.MatchConditions[0].Expression = "true"
+		}, "every other field of the spec must stay as it was"},
+		"its condition made true": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.MatchConditions[ours(p)].Expression = "true"
+			p.Annotations[floor.AnnotationKey] += " "
+		}, "must have the expression false"},
+		"armed without its record": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Spec.MatchConditions = p.Spec.MatchConditions[:ours(p)]
+		}, "only together with its record"},
+		"someone else's annotation": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Annotations["owner.example.com/team"] = "attacker"
+		}, "only its own tripswitch.dev/floor annotation"},
+		"a circuit annotation": {func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Annotations[circuit.AnnotationKey("x.example.com")] = "{}"
+		}, "only its own tripswitch.dev/floor annotation"},
+	} {
+		err := in.saEditVAP(ctx, approvedValidatingFallback, edit.edit)
+		if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), edit.msg) {
+			t.Errorf("%s: %v, want a denial saying %q", name, err, edit.msg)
+		}
+	}
+	var m admissionregistrationv1.MutatingAdmissionPolicy
+	if err := in.sa.Get(ctx, client.ObjectKey{Name: approvedMutatingFallback}, &m); err != nil {
+		t.Fatal(err)
+	}
+	base := m.DeepCopy()
+	m.Spec.Mutations[0].ApplyConfiguration.Expression = `Object{metadata: Object.metadata{labels: {"floor": "attacker"}}}`
+	if err := in.sa.Patch(ctx, &m, client.MergeFrom(base)); err == nil || !strings.Contains(err.Error(), "every other field of the spec must stay as it was") {
+		t.Errorf("a mutation changed on a MutatingAdmissionPolicy: %v, want the guard's denial", err)
+	}
+	// The guard constrains only tripswitch.
+	var p2 admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := in.admin.Get(ctx, client.ObjectKey{Name: approvedValidatingFallback}, &p2); err != nil {
+		t.Fatal(err)
+	}
+	p2.Spec.Validations[0].Message = "edited by an administrator"
+	if err := in.admin.Update(ctx, &p2); err != nil {
+		t.Fatalf("an administrator's edit of the policy was denied: %v", err)
+	}
+
+	// The floor's own writes pass: release the adoption above, then a cycle.
+	p, err = w.Read(ctx, v1alpha1.FallbackPolicy{Kind: v1alpha1.ValidatingAdmissionPolicy, Name: approvedValidatingFallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Release(ctx, p, floor.Owner{Breaker: "deploy-test", UID: "uid"}); err != nil {
+		t.Fatalf("release through the static guard: %v", err)
+	}
+	if err := in.floorCycle(ctx, v1alpha1.ValidatingAdmissionPolicy, approvedValidatingFallback); err != nil {
+		t.Errorf("a floor cycle on a ValidatingAdmissionPolicy through the static guard: %v", err)
+	}
+	if err := in.floorCycle(ctx, v1alpha1.MutatingAdmissionPolicy, approvedMutatingFallback); err != nil {
+		t.Errorf("a floor cycle on a MutatingAdmissionPolicy through the static guard: %v", err)
+	}
+}
+
+// TestStaticFallbackGuard: config/default on an API server that loads
+// config/admission-guard-static from its admission configuration.
+func TestStaticFallbackGuard(t *testing.T) {
+	dir := t.TempDir()
+	static := filepath.Join(dir, "static")
+	if err := os.Mkdir(static, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(repoPath(t, "config", "admission-guard-static", "fallback-policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(static, "fallback-policies.yaml"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admission := "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n" +
+		"  - name: ValidatingAdmissionPolicy\n    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n" +
+		"      kind: ValidatingAdmissionPolicyConfiguration\n      staticManifestsDir: " + static + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "admission.yaml"), []byte(admission), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := testenv.Options{APIServerFlags: map[string]string{"admission-control-config-file": filepath.Join(dir, "admission.yaml")}}
+	testFallbackGuard(t, installWith(t, opts, kustomizeBuild(t, "config/default"), namespace, username()))
 }
 
 // saEdit reads name as the ServiceAccount, applies change, and writes it back

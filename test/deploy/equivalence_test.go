@@ -73,8 +73,13 @@ func TestChartOptions(t *testing.T) {
 	if rules, _, _ := unstructured.NestedSlice(role.Object, "rules"); len(rules) != 0 {
 		t.Fatalf("no approved configurations, yet rules %v", rules)
 	}
+	fallback := find(defaults, "ClusterRole", "tripswitch-fallback-policies")
+	if rules, _, _ := unstructured.NestedSlice(fallback.Object, "rules"); len(rules) != 0 {
+		t.Fatalf("no approved fallback policies, yet rules %v", rules)
+	}
 	objs := helmTemplate(t, map[string]any{
 		"approvedWebhookConfigurations": map[string]any{"mutating": []any{"a"}},
+		"approvedFallbackPolicies":      map[string]any{"validating": []any{"floor"}},
 		"endpointProbing":               map[string]any{"enabled": true},
 		"apiServerSignal":               map[string]any{"enabled": true},
 		"audit": map[string]any{"enabled": true, "resources": []any{
@@ -101,6 +106,11 @@ func TestChartOptions(t *testing.T) {
 	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
 	if len(rules) != 1 || fmt.Sprint(rules[0].(map[string]any)["resourceNames"]) != "[a]" {
 		t.Fatalf("rules for one approved configuration: %v", rules)
+	}
+	fallback = find(objs, "ClusterRole", "tripswitch-fallback-policies")
+	rules, _, _ = unstructured.NestedSlice(fallback.Object, "rules")
+	if data, _ := json.Marshal(rules); string(data) != `[{"apiGroups":["admissionregistration.k8s.io"],"resourceNames":["floor"],"resources":["validatingadmissionpolicies"],"verbs":["get","list","watch","patch"]}]` {
+		t.Fatalf("rules for one approved fallback policy: %s", data)
 	}
 	auditRole := find(objs, "ClusterRole", "tripswitch-audit")
 	auditRules, _, _ := unstructured.NestedSlice(auditRole.Object, "rules")
@@ -238,6 +248,8 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": "sidecar-injector"}}, "/approvedWebhookConfigurations/mutating': got string, want array"},
 		{map[string]any{"approvedWebhookConfigurations": map[string]any{"validating": []any{"policy", "{Bad_Name}"}}}, "/approvedWebhookConfigurations/validating/1"},
 		{map[string]any{"approvedWebhookConfigurations": map[string]any{"mutating": []any{"Sidecar-Injector"}}}, "/approvedWebhookConfigurations/mutating/0"},
+		{map[string]any{"approvedFallbackPolicies": map[string]any{"mutating": []any{"Bad_Name"}}}, "/approvedFallbackPolicies/mutating/0"},
+		{map[string]any{"approvedFallbackPolicies": map[string]any{"validating": "require-x"}}, "/approvedFallbackPolicies/validating': got string, want array"},
 		{map[string]any{"replicas": 0}, "replicas"},
 		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
 		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},

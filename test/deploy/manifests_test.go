@@ -35,6 +35,9 @@ const (
 	serviceAccount     = "tripswitch"
 	approvedMutating   = "example-mutating-webhook"
 	approvedValidating = "example-validating-webhook"
+	// The fallback policies config/rbac/fallback_policies.yaml approves.
+	approvedMutatingFallback   = "example-mutating-fallback"
+	approvedValidatingFallback = "example-validating-fallback"
 )
 
 func repoPath(t testing.TB, elem ...string) string {
@@ -190,6 +193,10 @@ func chartValues() map[string]any {
 		"approvedWebhookConfigurations": map[string]any{
 			"mutating":   []any{approvedMutating},
 			"validating": []any{approvedValidating},
+		},
+		"approvedFallbackPolicies": map[string]any{
+			"mutating":   []any{approvedMutatingFallback},
+			"validating": []any{approvedValidatingFallback},
 		},
 	}
 }
