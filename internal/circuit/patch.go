@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/jsonpatch"
 )
 
 // maxMatchConditions is the API server's limit per webhook.
@@ -23,32 +23,10 @@ var (
 )
 
 // operation is one RFC 6902 operation.
-type operation struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
-
-// MarshalJSON keeps "value" on every operation but remove, even when it is
-// empty, so a test against "" is not silently turned into a malformed op.
-func (o operation) MarshalJSON() ([]byte, error) {
-	if o.Op == "remove" {
-		return json.Marshal(struct {
-			Op   string `json:"op"`
-			Path string `json:"path"`
-		}{o.Op, o.Path})
-	}
-	return json.Marshal(struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value"`
-	}{o.Op, o.Path, o.Value})
-}
+type operation = jsonpatch.Op
 
 // pointer escapes a JSON Pointer reference token (RFC 6901).
-func pointer(token string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
-}
+func pointer(token string) string { return jsonpatch.Pointer(token) }
 
 func webhookPath(i int, field string) string {
 	return "/webhooks/" + strconv.Itoa(i) + "/" + field

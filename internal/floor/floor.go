@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/jsonpatch"
 )
 
 const (
@@ -172,34 +172,15 @@ func (s State) Drifted() bool {
 	return s.Record != nil && s.Record.Armed != s.Armed()
 }
 
-// operation is one RFC 6902 operation; "value" is kept on all but remove.
-type operation struct {
-	Op    string
-	Path  string
-	Value any
-}
-
-// MarshalJSON writes value on every op but remove, even when it is empty.
-func (o operation) MarshalJSON() ([]byte, error) {
-	if o.Op == "remove" {
-		return json.Marshal(struct {
-			Op   string `json:"op"`
-			Path string `json:"path"`
-		}{o.Op, o.Path})
-	}
-	return json.Marshal(struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value"`
-	}{o.Op, o.Path, o.Value})
-}
+// operation is one RFC 6902 operation.
+type operation = jsonpatch.Op
 
 const conditionsPath = "/spec/matchConditions"
 
 func conditionPath(j int) string { return conditionsPath + "/" + strconv.Itoa(j) }
 
 func recordPath() string {
-	return "/metadata/annotations/" + strings.ReplaceAll(AnnotationKey, "/", "~1")
+	return "/metadata/annotations/" + jsonpatch.Pointer(AnnotationKey)
 }
 
 // check refuses what the floor must never write over.

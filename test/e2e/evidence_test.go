@@ -2,9 +2,7 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -102,26 +99,12 @@ func TestKillNineAfterAnAdministratorsEdit(t *testing.T) {
 // the failures may have left its window, or at the next resync.
 func TestTwinDeletedUnmutesTheSignal(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
-	ca, err := selfsigned.NewCA("twin-hook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Healthy to the probes, failing to the API server's real calls.
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("POST /mutate", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	url := "https://" + ln.Addr().(*net.TCPAddr).String() + "/mutate"
+	base, caPEM := serveTLS(t, "twin-hook", mux)
+	url := base + "/mutate"
 
 	const hookName = "twin.signal.tripswitch.e2e"
 	label := map[string]string{"tripswitch.e2e/twin": "yes"}
@@ -130,7 +113,7 @@ func TestTwinDeletedUnmutesTheSignal(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{{
 				Name:          hookName,
-				ClientConfig:  admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM},
+				ClientConfig:  admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
 				FailurePolicy: ptr.To(admissionregistrationv1.Fail), TimeoutSeconds: ptr.To(int32(2)),
 				Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},

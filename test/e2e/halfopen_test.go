@@ -2,10 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,7 +24,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -43,19 +40,7 @@ type realCallsHook struct {
 
 func startRealCallsHook(t *testing.T) *realCallsHook {
 	t.Helper()
-	ca, err := selfsigned.NewCA("halfopen-hook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &realCallsHook{caPEM: ca.PEM}
+	h := &realCallsHook{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /quiet-healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -81,10 +66,7 @@ func startRealCallsHook(t *testing.T) *realCallsHook {
 		review.Request = nil
 		_ = json.NewEncoder(w).Encode(&review)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	h.url = "https://" + ln.Addr().(*net.TCPAddr).String()
+	h.url, h.caPEM = serveTLS(t, "halfopen-hook", mux)
 	return h
 }
 
@@ -102,6 +84,21 @@ func (h *realCallsHook) configuration(name, webhook string, label map[string]str
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
+}
+
+// install creates the hook's configuration, returns it as created, and
+// watches every version of it from then on.
+func (h *realCallsHook) install(t *testing.T, env *testenv.Env, name, webhook string, label map[string]string) (*admissionregistrationv1.ValidatingWebhookConfiguration, *versions) {
+	t.Helper()
+	cfg := h.configuration(name, webhook, label)
+	if err := env.Client.Create(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.DeepCopy(), watchVersions(t, t.Context(), cs, name, cfg.DeepCopy())
 }
 
 func trialBreaker(name, webhook, healthPath string, h v1alpha1.HalfOpenSpec) *v1alpha1.WebhookCircuitBreaker {
@@ -249,16 +246,7 @@ func TestBypassTrialJudgedOnRealCalls(t *testing.T) {
 	h := startRealCallsHook(t)
 	const name, webhook = "trial-real-calls", "trial.halfopen.tripswitch.e2e"
 	label := map[string]string{"tripswitch.e2e/trial": "real-calls"}
-	cfg := h.configuration(name, webhook, label)
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	original := cfg.DeepCopy()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := watchVersions(t, ctx, cs, name, original)
+	original, seen := h.install(t, env, name, webhook, label)
 	spec := v1alpha1.HalfOpenSpec{After: &metav1.Duration{Duration: 3 * time.Second}, Window: &metav1.Duration{Duration: 10 * time.Second},
 		SamplePercent: 50, MaxWait: &metav1.Duration{Duration: 30 * time.Second}, MaxBackoff: &metav1.Duration{Duration: 8 * time.Second}}
 	if err := env.Client.Create(ctx, trialBreaker(name, webhook, "/healthz", spec)); err != nil {
@@ -375,11 +363,7 @@ func TestTrialWithoutTrafficClosesOnTheProbes(t *testing.T) {
 	ctx := t.Context()
 	h := startRealCallsHook(t)
 	const name, webhook = "trial-quiet", "quiet.halfopen.tripswitch.e2e"
-	cfg := h.configuration(name, webhook, map[string]string{"tripswitch.e2e/trial": "never"})
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	original := cfg.DeepCopy()
+	original, _ := h.install(t, env, name, webhook, map[string]string{"tripswitch.e2e/trial": "never"})
 	h.failQuietProbes.Store(true)
 	spec := v1alpha1.HalfOpenSpec{After: &metav1.Duration{Duration: 2 * time.Second}, Window: &metav1.Duration{Duration: 10 * time.Second},
 		MaxWait: &metav1.Duration{Duration: 15 * time.Second}}
@@ -451,16 +435,7 @@ func TestKillNineThroughATrial(t *testing.T) {
 	h := startRealCallsHook(t)
 	const name, webhook = "trial-kill", "kill.halfopen.tripswitch.e2e"
 	label := map[string]string{"tripswitch.e2e/trial": "kill"}
-	cfg := h.configuration(name, webhook, label)
-	if err := env.Client.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	original := cfg.DeepCopy()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := watchVersions(t, ctx, cs, name, original)
+	original, seen := h.install(t, env, name, webhook, label)
 	spec := v1alpha1.HalfOpenSpec{After: &metav1.Duration{Duration: 2 * time.Second}, Window: &metav1.Duration{Duration: 10 * time.Second},
 		SamplePercent: 100, MaxWait: &metav1.Duration{Duration: 30 * time.Second}, MaxBackoff: &metav1.Duration{Duration: 2 * time.Second}}
 	if err := env.Client.Create(ctx, trialBreaker(name, webhook, "/healthz", spec)); err != nil {

@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -171,4 +174,27 @@ func adminKubeconfig(t testing.TB, env *testenv.Env) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// serveTLS serves mux over HTTPS on 127.0.0.1 with a certificate of a CA
+// made for the test, until the test ends; it returns the server's base URL
+// and the CA's PEM, for a webhook's clientConfig.
+func serveTLS(t *testing.T, name string, mux http.Handler) (string, []byte) {
+	t.Helper()
+	ca, err := selfsigned.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + ln.Addr().String(), ca.PEM
 }
