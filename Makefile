@@ -5,6 +5,10 @@ CONTROLLER_TOOLS     ?= v0.23.0
 STATICCHECK          ?= v0.8.2
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
+# The end-to-end package runs the controller through outages, kills and
+# half-open trials one after another (about 15 minutes on 2 busy cores):
+# more than go test's default 10 minutes per package.
+DEV_TEST_TIMEOUT     ?= 45m
 # Library modules: each its own go.mod, so a user of one pulls in only what
 # it needs (see docs/library.md, "Modules").
 LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate accessgateprom examples
@@ -34,7 +38,7 @@ tools:
 ## test: build the control plane if needed, then run every test of every module with the race detector
 test: tools
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
-	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...); done
+	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...); done
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 	@echo "== module breaker, without the race detector (its timings and 10,000-goroutine tests)"; cd breaker && go test $(GO_TEST_FLAGS) ./...
 
@@ -46,7 +50,7 @@ test-short: tools
 
 ## test-e2e: only the end-to-end packages, against the real API server
 test-e2e: tools
-	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $(E2E_PACKAGES)
+	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $(E2E_PACKAGES)
 
 ## lint: gofmt, go vet and staticcheck
 lint:
