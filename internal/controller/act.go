@@ -38,13 +38,13 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 	if d.Write == policy.WriteOpen || d.Write == policy.WriteClose {
 		others = r.companions(ctx, b, s.obs, d.Write)
 	}
-	after, writeErr := r.write(ctx, b, s.obs, d, others)
+	after, fl, writeErr := r.writeWithFloor(ctx, b, spec, s, others)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.Conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
 	o := policy.Outcome{Input: s.in, Decision: d, Observed: s.obs, After: after, WriteErr: writeErr,
-		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed}
+		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed, Floor: fl}
 	deferred, err := r.report(ctx, b, o)
 	if err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/endpoints"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -250,7 +251,7 @@ func (r *Reconciler) probeSettings(ctx context.Context, p v1alpha1.ResolvedProbe
 		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 	}
 	if svc := w.ClientConfig.Service; p.Endpoints && svc != nil {
-		eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
+		eps, err := endpoints.Service(ctx, r.APIReader, svc)
 		settings.Target.Endpoints = eps
 		if err != nil {
 			settings.Target.EndpointsErr = err.Error()
