@@ -278,7 +278,7 @@ func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircu
 // deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (deferred bool, err error) {
 	status := policy.NextStatus(b, o)
-	r.Metrics.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
+	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	if r.deferReport(b, o, status) {
 		r.Metrics.DeferredReport()

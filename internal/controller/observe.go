@@ -133,7 +133,7 @@ func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		return step{obs: obs}, err
 	}
 	in := policy.NewInput(b, spec, obs)
-	in.Trial = policy.TrialVerdict(spec, obs, r.Clock.Now())
+	policy.Clocked(&in, spec, obs, r.Clock.Now())
 	return step{obs: obs, in: in, d: policy.Decide(in)}, nil
 }
 

@@ -57,6 +57,7 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	setState(&s, b, o, ours)
 	setConditions(&s, b, o, ours)
 	setFloor(&s, b, o)
+	setMaxOpen(&s, b, o, ours)
 	return s
 }
 
