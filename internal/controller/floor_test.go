@@ -265,11 +265,13 @@ func (c *crashing) Patch(ctx context.Context, obj client.Object, p client.Patch,
 	return c.Client.Patch(ctx, obj, p, opts...)
 }
 
-// TestFloorCrashBetweenTheWrites: a controller that dies after arming and
-// before opening leaves the floor armed and the webhook closed; one that
-// dies after closing and before disarming leaves the floor armed and the
-// webhook closed too: stricter, never looser. A fresh reconciler finishes
-// the step either way.
+// TestFloorCrashBetweenTheWrites, ten cycles: a controller that dies after
+// arming and before opening leaves the floor armed and the webhook closed;
+// one that dies after closing and before disarming leaves the floor armed
+// and the webhook closed too: stricter, never looser. A fresh reconciler
+// finishes the step either way, and each cycle ends byte-identical to
+// before it. (The death is a write refused in flight; the kill -9 of a
+// real process is left to an e2e test.)
 func TestFloorCrashBetweenTheWrites(t *testing.T) {
 	b := newFloorBed(t, v1alpha1.ValidatingAdmissionPolicy)
 	wcb := b.breaker()
@@ -295,26 +297,28 @@ func TestFloorCrashBetweenTheWrites(t *testing.T) {
 		return strings.Contains(cfg, circuit.AnnotationKey(target)), !strings.Contains(pol, `"`+floor.MatchConditionName+`"`)
 	}
 
-	// Opening: armed, then the webhook write dies.
-	b.health.set(wcb.Name, probe.Unhealthy)
-	untilCrash(&crashing{Client: b.c, on: isConfig})
-	if open, armed := state(); open || !armed {
-		t.Fatalf("killed while opening: webhook open %v, floor armed %v; want closed and armed", open, armed)
-	}
-	b.settle(b.reconciler(b.c), wcb.Name)
-	if open, armed := state(); !open || !armed {
-		t.Fatalf("after the restart: webhook open %v, floor armed %v", open, armed)
-	}
+	for cycle := range 10 {
+		// Opening: armed, then the webhook write dies.
+		b.health.set(wcb.Name, probe.Unhealthy)
+		untilCrash(&crashing{Client: b.c, on: isConfig})
+		if open, armed := state(); open || !armed {
+			t.Fatalf("cycle %d, killed while opening: webhook open %v, floor armed %v; want closed and armed", cycle, open, armed)
+		}
+		b.settle(b.reconciler(b.c), wcb.Name)
+		if open, armed := state(); !open || !armed {
+			t.Fatalf("cycle %d, after the restart: webhook open %v, floor armed %v", cycle, open, armed)
+		}
 
-	// Closing: the webhook is restored, then the disarm dies.
-	b.health.set(wcb.Name, probe.Healthy)
-	untilCrash(&crashing{Client: b.c, on: isPolicy})
-	if open, armed := state(); open || !armed {
-		t.Fatalf("killed while closing: webhook open %v, floor armed %v; want closed and armed", open, armed)
-	}
-	b.settle(b.reconciler(b.c), wcb.Name)
-	if cfg, pol := b.snapshot(); cfg != cfg0 || pol != pol0 {
-		t.Fatalf("did not converge to before:\n%s\n%s\nwant\n%s\n%s", cfg, pol, cfg0, pol0)
+		// Closing: the webhook is restored, then the disarm dies.
+		b.health.set(wcb.Name, probe.Healthy)
+		untilCrash(&crashing{Client: b.c, on: isPolicy})
+		if open, armed := state(); open || !armed {
+			t.Fatalf("cycle %d, killed while closing: webhook open %v, floor armed %v; want closed and armed", cycle, open, armed)
+		}
+		b.settle(b.reconciler(b.c), wcb.Name)
+		if cfg, pol := b.snapshot(); cfg != cfg0 || pol != pol0 {
+			t.Fatalf("cycle %d did not converge to before:\n%s\n%s\nwant\n%s\n%s", cycle, cfg, pol, cfg0, pol0)
+		}
 	}
 }
 
