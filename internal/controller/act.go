@@ -24,6 +24,9 @@ import (
 // act performs the decision's one write (with its companions', in the same
 // patch), reports the status it implies, and says when to look again.
 func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, s step) (ctrl.Result, error) {
+	var unlock func()
+	s.d, unlock = r.Limit.Judge(ctx, b, s.d, r.Clock.Now()) // held through an open's write
+	defer unlock()
 	d := s.d
 	if d.Disarm != "" && d.Write != policy.WriteNone && b.Status.DisarmedReason != d.Disarm {
 		// Remember the disarm before acting on the configuration: once the

@@ -189,7 +189,7 @@ func (r *Reconciler) readTarget(ctx context.Context, b *v1alpha1.WebhookCircuitB
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 	switch {
 	case apierrors.IsForbidden(err):
-		obs.NotApproved = r.notApproved(ctx, t)
+		obs.NotApproved = r.approvals.NotApproved(ctx, r.Client, r.Clock.Now(), t)
 		return nil, nil
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -22,6 +22,7 @@ import (
 type Metrics struct {
 	open        *prometheus.GaugeVec
 	tooLong     *prometheus.GaugeVec
+	refused     *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	openSeconds *prometheus.CounterVec
 	conflicts   *prometheus.CounterVec
@@ -57,6 +58,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		tooLong: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_circuit_open_too_long", Help: "1 while the breaker's circuit has been open for its spec.maxOpenDuration (condition OpenTooLong), else 0.",
 		}, []string{"breaker"}),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_circuit_open_refused", Help: "1 while --max-open-circuits keeps the breaker's circuit from opening (condition OpenRefused, reason ClusterLimit), else 0.",
+		}, []string{"breaker"}),
 		openSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripswitch_circuit_open_seconds_total", Help: "Seconds the breaker's webhook spent open, counted when it closes.",
 		}, []string{"breaker"}),
@@ -86,7 +90,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
+	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -158,7 +162,8 @@ func (m *Metrics) SetOpen(breaker string, open bool) {
 
 // SetStatus publishes what breaker's status says: whether tripswitch holds
 // its webhook open (SetOpen) and whether it has been open too long
-// (OpenTooLong, spec.maxOpenDuration).
+// (OpenTooLong, spec.maxOpenDuration), and whether the cluster limit
+// keeps it from opening (OpenRefused).
 func (m *Metrics) SetStatus(breaker string, s v1alpha1.WebhookCircuitBreakerStatus) {
 	if m == nil {
 		return
@@ -169,6 +174,11 @@ func (m *Metrics) SetStatus(breaker string, s v1alpha1.WebhookCircuitBreakerStat
 		v = 1
 	}
 	m.tooLong.WithLabelValues(breaker).Set(v)
+	v = 0
+	if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionOpenRefused) {
+		v = 1
+	}
+	m.refused.WithLabelValues(breaker).Set(v)
 }
 
 // initialise creates, at zero, the counter series that the shipped alerts
@@ -241,6 +251,7 @@ func (m *Metrics) Forget(breaker string) {
 	labels := prometheus.Labels{"breaker": breaker}
 	m.open.DeletePartialMatch(labels)
 	m.tooLong.DeletePartialMatch(labels)
+	m.refused.DeletePartialMatch(labels)
 	m.transitions.DeletePartialMatch(labels)
 	m.openSeconds.DeletePartialMatch(labels)
 	m.conflicts.DeletePartialMatch(labels)

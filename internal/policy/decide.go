@@ -173,9 +173,9 @@ type Decision struct {
 	// Trial is the trial verdict this decision acts on, if any: its Next is
 	// when an ended trial's successor may start, or when to look again.
 	Trial *halfopen.Verdict
-	// MaxOpenIn, when set, is how long until the open circuit reaches
-	// maxOpenDuration: when to look again at the latest.
-	MaxOpenIn time.Duration
+	// RecheckIn, when set, is when to look again at the latest: when the
+	// open circuit reaches maxOpenDuration, or a refused open tries again.
+	RecheckIn time.Duration
 }
 
 // Decide is the controller's whole policy: an ordered chain of checks over the
@@ -183,7 +183,7 @@ type Decision struct {
 func Decide(in Input) Decision {
 	d := decide(in)
 	if in.State.Record != nil && in.MaxOpen.Remaining > 0 && d.Write == WriteNone {
-		d.MaxOpenIn = in.MaxOpen.Remaining
+		d.RecheckIn = in.MaxOpen.Remaining
 	}
 	return d
 }

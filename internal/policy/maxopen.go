@@ -62,3 +62,19 @@ func setMaxOpen(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCirc
 		set(v1alpha1.ConditionOpenTooLong, false, ReasonWithinMaxOpen, "the circuit is closed")
 	}
 }
+
+// ReasonNotRefused is OpenRefused's reason while it is False.
+const ReasonNotRefused = "NotRefused"
+
+// setOpenRefused sets OpenRefused: True while --max-open-circuits keeps
+// the circuit from opening (its transition time is the breaker's place in
+// line, kept across failover); False once it is not, if it ever was.
+func setOpenRefused(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) {
+	set := setter(s, b, o)
+	switch {
+	case o.Decision.Reason == v1alpha1.ReasonClusterLimit:
+		set(v1alpha1.ConditionOpenRefused, true, v1alpha1.ReasonClusterLimit, o.Decision.Message)
+	case meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionOpenRefused) != nil:
+		set(v1alpha1.ConditionOpenRefused, false, ReasonNotRefused, "the cluster limit does not hold this circuit back")
+	}
+}

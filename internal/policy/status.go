@@ -58,6 +58,7 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	setConditions(&s, b, o, ours)
 	setFloor(&s, b, o)
 	setMaxOpen(&s, b, o, ours)
+	setOpenRefused(&s, b, o)
 	return s
 }
 
