@@ -39,11 +39,16 @@ type Gate struct {
 
 func noop() {}
 
+// On reports whether a limit applies. A circuit opened under it opens in
+// its own breaker's patch only: a companion opening in the same patch would
+// not be judged.
+func (g *Gate) On() bool { return g != nil && g.Max > 0 }
+
 // Judge lets d through unless it opens a circuit the limit refuses: then it
 // is a refusal (reason ClusterLimit) that looks again in Recheck. An open
 // allowed holds the gate until the caller's unlock, after its write.
 func (g *Gate) Judge(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, d policy.Decision, now time.Time) (policy.Decision, func()) {
-	if g == nil || g.Max <= 0 || d.Write != policy.WriteOpen {
+	if !g.On() || d.Write != policy.WriteOpen {
 		return d, noop
 	}
 	g.mu.Lock()

@@ -38,7 +38,7 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 		}
 	}
 	var others []companion
-	if d.Write == policy.WriteOpen || d.Write == policy.WriteClose {
+	if (d.Write == policy.WriteOpen && !r.Limit.On()) || d.Write == policy.WriteClose {
 		others = r.companions(ctx, b, s.obs, d.Write)
 	}
 	after, fl, writeErr := r.writeWithFloor(ctx, b, spec, s, others)
