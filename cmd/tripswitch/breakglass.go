@@ -107,6 +107,9 @@ func printCircuits(out io.Writer, format string, circuits []breakglass.Circuit, 
 		if c.Trial != "" {
 			action += fmt.Sprintf(" (trial: %s for %s)", c.Trial, now.Sub(c.TrialSince).Round(time.Second))
 		}
+		if c.Floor != "" {
+			action += " (fallback " + c.Floor + ")"
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimSuffix(string(c.Kind), "WebhookConfiguration"), c.Ref(), action, open, c.Breaker, exists, restore)
 	}
 	return w.Flush()

@@ -112,6 +112,7 @@ type flags struct {
 	leaseDuration, renewDeadline, retry    time.Duration
 	qps                                    float64
 	burst, concurrency                     int
+	maxOpenCircuits                        int
 	signalInterval                         time.Duration
 	showVersion                            bool
 	zap                                    zap.Options
@@ -146,6 +147,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.Float64Var(&f.qps, "kube-api-qps", -1, "client-side limit on requests per second to the API server; negative (the default): none, so the API server's priority and fairness is what queues them. A quiet controller makes well under 1 per second; an outage of every webhook at once costs about 4 per breaker (read, patch, status, event), all due within a probe interval, which a client-side limit would spread over many seconds")
 	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above a positive --kube-api-qps")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "breakers reconciled in parallel")
+	fs.IntVar(&f.maxOpenCircuits, "max-open-circuits", 0, "at most this many circuits open at once in the cluster (counted on the records); a breaker that would open beyond it reports OpenRefused/ClusterLimit; 0: no limit")
 	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
@@ -158,6 +160,9 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	}
 	if f.signalInterval < time.Second {
 		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)
+	}
+	if f.maxOpenCircuits < 0 {
+		return nil, fmt.Errorf("--max-open-circuits must be 0 (no limit) or more (got %d)", f.maxOpenCircuits)
 	}
 	if f.qps == 0 || f.burst < 1 || f.concurrency < 1 {
 		return nil, fmt.Errorf("--kube-api-qps must be positive, or negative for no client-side limit; --kube-api-burst and --max-concurrent-reconciles must be positive (got %g, %d, %d)", f.qps, f.burst, f.concurrency)
@@ -259,7 +264,7 @@ func run(args []string, out io.Writer) error {
 	ctrl.Log.Info("running as", "user", requester)
 	prober := &probe.HTTPProber{}
 	if _, err := controller.Setup(mgr, controller.Options{Prober: prober, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency,
-		SignalInterval: f.signalInterval, Requester: requester}); err != nil {
+		SignalInterval: f.signalInterval, Requester: requester, MaxOpenCircuits: f.maxOpenCircuits}); err != nil {
 		return err
 	}
 	// An open circuit is not a liveness failure: health reports only whether

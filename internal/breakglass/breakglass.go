@@ -23,6 +23,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/floor"
 )
 
 // Circuit is one open circuit, as its record describes it.
@@ -43,6 +44,9 @@ type Circuit struct {
 	TrialSince time.Time `json:"trialSince,omitzero"`
 	// FailedTrials counts the trials of this open window that failed.
 	FailedTrials int32 `json:"failedTrials,omitempty"`
+	// Floor, when the breaker has a fallback policy, is how it stands:
+	// "Kind/name armed" while the circuit is open.
+	Floor string `json:"floor,omitempty"`
 	// Problem, when set, is why tripswitch would not restore it: the record
 	// is unreadable, or someone changed what tripswitch set.
 	Problem string `json:"problem,omitempty"`
@@ -101,6 +105,7 @@ func describe(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, cf
 	var b v1alpha1.WebhookCircuitBreaker
 	if err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b); err == nil && b.UID == rec.BreakerUID {
 		out.BreakerExists = true
+		out.Floor = floorState(ctx, c, &b)
 	}
 	switch {
 	case st.Index < 0:
@@ -121,7 +126,8 @@ var ErrRefused = errors.New("refused")
 
 // Restore closes the circuit of webhook in the configuration named config:
 // it restores exactly what the record says tripswitch changed and removes
-// the record, in one patch conditional on the version read. kind may be
+// the record, in one patch conditional on the version read; then it
+// disarms the breaker's fallback policy, if it has one. kind may be
 // empty when only one kind of configuration has that name. It refuses, with
 // an error matching ErrRefused, when the record is unreadable or what
 // tripswitch set was changed by someone else.
@@ -160,7 +166,11 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 	case err != nil:
 		return err
 	}
-	return closeWindow(ctx, c, restored, ref)
+	recorded := closeWindow(ctx, c, restored, ref)
+	if err := syncFloor(ctx, c, restored.Breaker, floor.WantInert); err != nil {
+		return fmt.Errorf("%w: restored %s, but its fallback policy is still armed (stricter, never looser; the controller disarms it when it returns): %w", ErrNotRecorded, ref, err)
+	}
+	return recorded
 }
 
 // read finds the configuration named config, of kind or of whichever kind

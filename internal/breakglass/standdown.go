@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/floor"
 )
 
 // ControllerLabels select the controller's Deployment when StandDown is not
@@ -272,6 +273,10 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		// Nothing held open.
 	default:
 		return r, fmt.Errorf("breaker %s: %w", b.Name, err)
+	}
+	// Then the fallback policy goes back to how tripswitch found it.
+	if err := syncFloor(ctx, s.Client, b.Name, floor.WantReleased); err != nil {
+		return r, err
 	}
 	// The restore recorded itself in the breaker's status, so read it again;
 	// anyone else's write in between only makes this try again.

@@ -24,6 +24,9 @@ import (
 // act performs the decision's one write (with its companions', in the same
 // patch), reports the status it implies, and says when to look again.
 func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, s step) (ctrl.Result, error) {
+	var unlock func()
+	s.d, unlock = r.Limit.Judge(ctx, b, s.d, r.Clock.Now()) // held through an open's write
+	defer unlock()
 	d := s.d
 	if d.Disarm != "" && d.Write != policy.WriteNone && b.Status.DisarmedReason != d.Disarm {
 		// Remember the disarm before acting on the configuration: once the
@@ -35,16 +38,16 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 		}
 	}
 	var others []companion
-	if d.Write == policy.WriteOpen || d.Write == policy.WriteClose {
+	if (d.Write == policy.WriteOpen && !r.Limit.On()) || d.Write == policy.WriteClose {
 		others = r.companions(ctx, b, s.obs, d.Write)
 	}
-	after, writeErr := r.write(ctx, b, s.obs, d, others)
+	after, fl, writeErr := r.writeWithFloor(ctx, b, spec, s, others)
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.Conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
 	o := policy.Outcome{Input: s.in, Decision: d, Observed: s.obs, After: after, WriteErr: writeErr,
-		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed}
+		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed, Floor: fl}
 	deferred, err := r.report(ctx, b, o)
 	if err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
@@ -278,7 +281,7 @@ func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircu
 // deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (deferred bool, err error) {
 	status := policy.NextStatus(b, o)
-	r.Metrics.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
+	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	if r.deferReport(b, o, status) {
 		r.Metrics.DeferredReport()

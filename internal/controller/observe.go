@@ -13,6 +13,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/endpoints"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -132,7 +133,7 @@ func (r *Reconciler) decide(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		return step{obs: obs}, err
 	}
 	in := policy.NewInput(b, spec, obs)
-	in.Trial = policy.TrialVerdict(spec, obs, r.Clock.Now())
+	policy.Clocked(&in, spec, obs, r.Clock.Now())
 	return step{obs: obs, in: in, d: policy.Decide(in)}, nil
 }
 
@@ -188,7 +189,7 @@ func (r *Reconciler) readTarget(ctx context.Context, b *v1alpha1.WebhookCircuitB
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 	switch {
 	case apierrors.IsForbidden(err):
-		obs.NotApproved = r.notApproved(ctx, t)
+		obs.NotApproved = r.approvals.NotApproved(ctx, r.Client, r.Clock.Now(), t)
 		return nil, nil
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -250,7 +251,7 @@ func (r *Reconciler) probeSettings(ctx context.Context, p v1alpha1.ResolvedProbe
 		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 	}
 	if svc := w.ClientConfig.Service; p.Endpoints && svc != nil {
-		eps, err := ServiceEndpoints(ctx, r.APIReader, svc)
+		eps, err := endpoints.Service(ctx, r.APIReader, svc)
 		settings.Target.Endpoints = eps
 		if err != nil {
 			settings.Target.EndpointsErr = err.Error()

@@ -20,7 +20,9 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/approval"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -71,14 +73,15 @@ type Reconciler struct {
 	// more wait than its Workers, status writes that can wait do (see
 	// deferReport).
 	Decisions *schedule.Decisions
+	// Limit, if set, is --max-open-circuits: every open is judged by it.
+	Limit *clusterlimit.Gate
 	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
 	TargetIndexed bool
 
-	// approvals: the approved configuration names last read, per kind
-	// (approval.go).
-	approvals sync.Map
+	// approvals: the approved configuration names last read, per kind.
+	approvals approval.Cache
 
 	once sync.Once
 	// memory is what this process remembers of each breaker (memory.go).

@@ -18,6 +18,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
+	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
@@ -54,6 +55,9 @@ type Options struct {
 	// probe timeout it caused is discarded; nil means a new stall.Watch of
 	// the process's own cgroup.
 	Stalls *stall.Watch
+	// MaxOpenCircuits is --max-open-circuits: how many circuits may be open
+	// at once in the cluster (0: no limit).
+	MaxOpenCircuits int
 }
 
 // Setup adds the controller and the runnables that feed it to mgr: the
@@ -67,7 +71,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	opts.setDefaults()
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
 		// The breakers naming one webhook: who owns it (conflict.go).
-		TargetIndexed: true}
+		TargetIndexed: true, Limit: &clusterlimit.Gate{Max: opts.MaxOpenCircuits, Reader: mgr.GetAPIReader()}}
 	queue := &schedule.Queue{}
 	r.Requeue = queue.Add
 	r.Decisions = &schedule.Decisions{Workers: opts.MaxConcurrentReconciles}

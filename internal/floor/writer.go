@@ -17,6 +17,9 @@ import (
 type Writer struct {
 	// Client reads and patches the approved fallback policies.
 	Client client.Client
+	// Reader, if set, reads them instead of Client: an uncached reader, since
+	// RBAC grants the controller the approved policies by name only.
+	Reader client.Reader
 }
 
 // Read reads the fallback policy fp names.
@@ -25,7 +28,11 @@ func (w Writer) Read(ctx context.Context, fp v1alpha1.FallbackPolicy) (*Policy, 
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Client.Get(ctx, types.NamespacedName{Name: fp.Name}, obj); err != nil {
+	var reader client.Reader = w.Client
+	if w.Reader != nil {
+		reader = w.Reader
+	}
+	if err := reader.Get(ctx, types.NamespacedName{Name: fp.Name}, obj); err != nil {
 		return nil, fmt.Errorf("read whileOpen.fallbackPolicy %s %s: %w", fp.Kind, fp.Name, err)
 	}
 	return View(obj)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -19,6 +21,8 @@ import (
 // only: breaker names are chosen by operators, never taken from requests.
 type Metrics struct {
 	open        *prometheus.GaugeVec
+	tooLong     *prometheus.GaugeVec
+	refused     *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	openSeconds *prometheus.CounterVec
 	conflicts   *prometheus.CounterVec
@@ -51,6 +55,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripswitch_circuit_transitions_total", Help: "Writes to webhook configurations, by kind of write (Open, Close, Drop) and reason.",
 		}, []string{"breaker", "write", "reason"}),
+		tooLong: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_circuit_open_too_long", Help: "1 while the breaker's circuit has been open for its spec.maxOpenDuration (condition OpenTooLong), else 0.",
+		}, []string{"breaker"}),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tripswitch_circuit_open_refused", Help: "1 while --max-open-circuits keeps the breaker's circuit from opening (condition OpenRefused, reason ClusterLimit), else 0.",
+		}, []string{"breaker"}),
 		openSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripswitch_circuit_open_seconds_total", Help: "Seconds the breaker's webhook spent open, counted when it closes.",
 		}, []string{"breaker"}),
@@ -80,7 +90,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
+	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -148,6 +158,27 @@ func (m *Metrics) SetOpen(breaker string, open bool) {
 	}
 	m.open.WithLabelValues(breaker).Set(v)
 	m.initialise(breaker)
+}
+
+// SetStatus publishes what breaker's status says: whether tripswitch holds
+// its webhook open (SetOpen) and whether it has been open too long
+// (OpenTooLong, spec.maxOpenDuration), and whether the cluster limit
+// keeps it from opening (OpenRefused).
+func (m *Metrics) SetStatus(breaker string, s v1alpha1.WebhookCircuitBreakerStatus) {
+	if m == nil {
+		return
+	}
+	m.SetOpen(breaker, s.State == v1alpha1.StateOpen)
+	v := 0.0
+	if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionOpenTooLong) {
+		v = 1
+	}
+	m.tooLong.WithLabelValues(breaker).Set(v)
+	v = 0
+	if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionOpenRefused) {
+		v = 1
+	}
+	m.refused.WithLabelValues(breaker).Set(v)
 }
 
 // initialise creates, at zero, the counter series that the shipped alerts
@@ -219,6 +250,8 @@ func (m *Metrics) Forget(breaker string) {
 	m.probeSeries.Delete(breaker)
 	labels := prometheus.Labels{"breaker": breaker}
 	m.open.DeletePartialMatch(labels)
+	m.tooLong.DeletePartialMatch(labels)
+	m.refused.DeletePartialMatch(labels)
 	m.transitions.DeletePartialMatch(labels)
 	m.openSeconds.DeletePartialMatch(labels)
 	m.conflicts.DeletePartialMatch(labels)

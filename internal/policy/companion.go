@@ -33,6 +33,9 @@ func Joins(write Write, o *v1alpha1.WebhookCircuitBreaker, obs Observed) (Decisi
 	if obs.State.Index < 0 || obs.Conflict != "" || (write == WriteClose && spec.Signal != nil) {
 		return Decision{}, false
 	}
+	if write == WriteOpen && spec.Fallback != nil {
+		return Decision{}, false // its floor is armed first, so it opens in its own patch
+	}
 	d := Decide(NewInput(o, spec, obs))
 	return d, d.Write == write
 }

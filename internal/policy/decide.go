@@ -2,12 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/openlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -138,6 +140,9 @@ type Input struct {
 	// Trial is the half-open trial's verdict (spec.halfOpen), nil when
 	// closing needs no trial.
 	Trial *halfopen.Verdict
+	// MaxOpen is spec.maxOpenDuration's judgement of this breaker's open
+	// circuit (Clocked sets it and Trial).
+	MaxOpen openlimit.MaxOpen
 }
 
 // Decision is what to do, and why. The status is computed from its fields,
@@ -168,11 +173,22 @@ type Decision struct {
 	// Trial is the trial verdict this decision acts on, if any: its Next is
 	// when an ended trial's successor may start, or when to look again.
 	Trial *halfopen.Verdict
+	// RecheckIn, when set, is when to look again at the latest: when the
+	// open circuit reaches maxOpenDuration, or a refused open tries again.
+	RecheckIn time.Duration
 }
 
 // Decide is the controller's whole policy: an ordered chain of checks over the
 // observed state, with no I/O and no clock. The first check that applies wins.
 func Decide(in Input) Decision {
+	d := decide(in)
+	if in.State.Record != nil && in.MaxOpen.Remaining > 0 && d.Write == WriteNone {
+		d.RecheckIn = in.MaxOpen.Remaining
+	}
+	return d
+}
+
+func decide(in Input) Decision {
 	for _, check := range []func(Input) (Decision, bool){
 		checkApproved,
 		checkConflict,
@@ -348,6 +364,9 @@ func decideForceClosed(in Input) Decision {
 }
 
 func decideAuto(in Input) Decision {
+	if d, ok := decideMaxOpen(in); ok && in.Health.Verdict != probe.VerdictHealthy {
+		return d
+	}
 	if in.ProbeUnknown {
 		d := Decision{Reason: ReasonProbeUnsupported, Blocked: true, Message: "the webhook cannot be probed, so tripswitch can neither open nor close its circuit: " + in.ProbeReason}
 		if in.State.Record != nil {

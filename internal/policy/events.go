@@ -22,7 +22,7 @@ type Event struct {
 // Ready, once when it starts; a recreated target; a re-arm.
 func ReportEvents(b *v1alpha1.WebhookCircuitBreaker, d Decision, next v1alpha1.WebhookCircuitBreakerStatus) []Event {
 	var out []Event
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved} {
+	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved, v1alpha1.ConditionOpenTooLong} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue

@@ -97,4 +97,6 @@ type Outcome struct {
 	// ClosedBy, if set, is this breaker's circuit closed in another
 	// breaker's patch, or by a write whose status was deferred.
 	ClosedBy *ClosedNote
+	// Floor is the fallback policy's sync (nil without one).
+	Floor *FloorReport
 }

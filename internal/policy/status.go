@@ -56,6 +56,9 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	mirrorRecord(&s, o, ours)
 	setState(&s, b, o, ours)
 	setConditions(&s, b, o, ours)
+	setFloor(&s, b, o)
+	setMaxOpen(&s, b, o, ours)
+	setOpenRefused(&s, b, o)
 	return s
 }
 

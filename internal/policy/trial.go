@@ -76,9 +76,13 @@ func TrialCalls(on bool, st apisignal.Status, ambiguous string) halfopen.Calls {
 }
 
 // Recheck is how long after now to look at a breaker again: at its trial's
-// next due time when that is sooner than resync (nothing else wakes a
+// next due time, or at its RecheckIn (maxOpenDuration, a cluster limit), when
+// that is sooner than resync (nothing else wakes a
 // breaker whose probes and signal stay the same).
 func Recheck(d Decision, now time.Time, resync time.Duration) time.Duration {
+	if d.RecheckIn > 0 {
+		resync = min(resync, d.RecheckIn+10*time.Millisecond)
+	}
 	if d.Trial == nil || d.Trial.Next.IsZero() || d.Write != WriteNone {
 		return resync
 	}

@@ -82,6 +82,7 @@ func TestChartOptions(t *testing.T) {
 		"approvedFallbackPolicies":      map[string]any{"validating": []any{"floor"}},
 		"endpointProbing":               map[string]any{"enabled": true},
 		"apiServerSignal":               map[string]any{"enabled": true},
+		"maxOpenCircuits":               3,
 		"audit": map[string]any{"enabled": true, "resources": []any{
 			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}},
 		}},
@@ -119,6 +120,9 @@ func TestChartOptions(t *testing.T) {
 	}
 	deploy := find(objs, "Deployment", "tripswitch")
 	args, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	if !strings.Contains(fmt.Sprint(args), "--max-open-circuits=3") {
+		t.Fatalf("maxOpenCircuits not passed to the manager: %v", args)
+	}
 	if !strings.Contains(fmt.Sprint(args), "--metrics-secure=false") {
 		t.Fatalf("metrics.secure=false not passed to the manager: %v", args)
 	}

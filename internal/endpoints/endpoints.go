@@ -1,4 +1,6 @@
-package controller
+// Package endpoints resolves a service webhook to the ready endpoints behind
+// it, which the probes call one by one in endpoint mode.
+package endpoints
 
 import (
 	"context"
@@ -15,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ServiceEndpoints returns the ready endpoints ("ip:port") behind a service
+// Service returns the ready endpoints ("ip:port") behind a service
 // webhook, on the Service port the API server would call (443 unless set),
 // translated to each EndpointSlice's port of the same name.
-func ServiceEndpoints(ctx context.Context, r client.Reader, ref *admissionregistrationv1.ServiceReference) ([]string, error) {
+func Service(ctx context.Context, r client.Reader, ref *admissionregistrationv1.ServiceReference) ([]string, error) {
 	var svc corev1.Service
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &svc); err != nil {
 		return nil, fmt.Errorf("get Service %s/%s: %w", ref.Namespace, ref.Name, err)

@@ -1,16 +1,27 @@
-package controller
+// Package approval tells a breaker whose target configuration RBAC does not
+// approve what to change: the approved names, learnt from a
+// SelfSubjectRulesReview and kept for a while per kind.
+package approval
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
+
+// Cache keeps the approved configuration names last read, per kind; the
+// zero value is ready.
+type Cache struct {
+	kinds sync.Map // v1alpha1.TargetKind -> approvals
+}
 
 // A breaker whose configuration RBAC does not approve cannot be told from a
 // breaker whose configurationName is misspelled: the API server answers
@@ -30,19 +41,18 @@ import (
 // of them (a webhook authorizer), so a name may be allowed that is not listed.
 // A breaker that is not approved is looked at every probe interval; the
 // review is asked for at most every approvalsTTL per kind.
-func (r *Reconciler) approvedNames(ctx context.Context, kind v1alpha1.TargetKind) (names []string, all, incomplete bool, err error) {
-	now := r.Clock.Now()
-	if v, ok := r.approvals.Load(kind); ok {
+func (c *Cache) approvedNames(ctx context.Context, cl client.Client, now time.Time, kind v1alpha1.TargetKind) (names []string, all, incomplete bool, err error) {
+	if v, ok := c.kinds.Load(kind); ok {
 		if a := v.(approvals); now.Sub(a.at) < approvalsTTL {
 			return a.names, a.all, a.incomplete, nil
 		}
 	}
 	review := &authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: metav1.NamespaceDefault}}
-	if err := r.Client.Create(ctx, review); err != nil {
+	if err := cl.Create(ctx, review); err != nil {
 		return nil, false, false, fmt.Errorf("create a SelfSubjectRulesReview to learn the approved %s names: %w", kind, err)
 	}
 	names, all = policy.ApprovedIn(review.Status.ResourceRules, kind)
-	r.approvals.Store(kind, approvals{names: names, all: all, incomplete: review.Status.Incomplete, at: now})
+	c.kinds.Store(kind, approvals{names: names, all: all, incomplete: review.Status.Incomplete, at: now})
 	return names, all, review.Status.Incomplete, nil
 }
 
@@ -56,10 +66,10 @@ type approvals struct {
 	at              time.Time
 }
 
-// notApproved says why the controller may not read t's configuration and
+// NotApproved says why the controller may not read t's configuration and
 // what to change: first whether the name is among the approved ones (a
 // typo is fixed in the breaker, not by approving it), then how to approve it.
-func (r *Reconciler) notApproved(ctx context.Context, t v1alpha1.Target) string {
-	names, all, incomplete, err := r.approvedNames(ctx, t.Kind)
+func (c *Cache) NotApproved(ctx context.Context, cl client.Client, now time.Time, t v1alpha1.Target) string {
+	names, all, incomplete, err := c.approvedNames(ctx, cl, now, t.Kind)
 	return policy.NotApprovedMessage(t, names, all || incomplete, err)
 }
