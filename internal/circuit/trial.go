@@ -65,15 +65,19 @@ func SampleExpression(percent int32) (string, string, error) {
 // form: the admission guard holds tripswitch's matchCondition to it.
 var SamplePattern = "^" + regexp.QuoteMeta(SamplePrefix) + `\((\[[0-9a-f]+\])?(\|?[0-9a-f]\[[0-9a-f]+\])?\)` + regexp.QuoteMeta(SampleSuffix) + "$"
 
-// IsSampleExpression reports whether expr is one SampleExpression returns.
-func IsSampleExpression(expr string) bool {
+// sampleExpressions are every expression SampleExpression returns, built
+// once: a record is checked against them on every read.
+var sampleExpressions = func() map[string]bool {
+	set := make(map[string]bool, 100)
 	for p := int32(1); p <= 100; p++ {
-		if e, _, _ := SampleExpression(p); e == expr {
-			return true
-		}
+		e, _, _ := SampleExpression(p)
+		set[e] = true
 	}
-	return false
-}
+	return set
+}()
+
+// IsSampleExpression reports whether expr is one SampleExpression returns.
+func IsSampleExpression(expr string) bool { return sampleExpressions[expr] }
 
 // TrialPatch builds the single patch that starts a trial on an open Bypass
 // circuit: its matchCondition samples instead of skipping, the webhook's
