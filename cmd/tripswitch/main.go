@@ -113,7 +113,7 @@ type flags struct {
 	qps                                    float64
 	burst, concurrency                     int
 	maxOpenCircuits                        int
-	signalInterval                         time.Duration
+	signalInterval, requestTimeout         time.Duration
 	showVersion                            bool
 	zap                                    zap.Options
 }
@@ -148,6 +148,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.IntVar(&f.burst, "kube-api-burst", 1000, "requests the controller may send at once above a positive --kube-api-qps")
 	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "breakers reconciled in parallel")
 	fs.IntVar(&f.maxOpenCircuits, "max-open-circuits", 0, "at most this many circuits open at once in the cluster (counted on the records); a breaker that would open beyond it reports OpenRefused/ClusterLimit; 0: no limit")
+	fs.DurationVar(&f.requestTimeout, "apiserver-request-timeout", 60*time.Second, "the API server's --request-timeout: each breaker's Preflight condition says when the webhooks that can match the same requests can take longer than this, with every circuit closed")
 	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
@@ -160,6 +161,9 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	}
 	if f.signalInterval < time.Second {
 		return nil, fmt.Errorf("--apiserver-signal-interval %v must be at least 1s", f.signalInterval)
+	}
+	if f.requestTimeout <= 0 {
+		return nil, fmt.Errorf("--apiserver-request-timeout must be positive (got %v)", f.requestTimeout)
 	}
 	if f.maxOpenCircuits < 0 {
 		return nil, fmt.Errorf("--max-open-circuits must be 0 (no limit) or more (got %d)", f.maxOpenCircuits)
@@ -264,7 +268,7 @@ func run(args []string, out io.Writer) error {
 	ctrl.Log.Info("running as", "user", requester)
 	prober := &probe.HTTPProber{}
 	if _, err := controller.Setup(mgr, controller.Options{Prober: prober, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency,
-		SignalInterval: f.signalInterval, Requester: requester, MaxOpenCircuits: f.maxOpenCircuits}); err != nil {
+		SignalInterval: f.signalInterval, Requester: requester, MaxOpenCircuits: f.maxOpenCircuits, RequestDeadline: f.requestTimeout}); err != nil {
 		return err
 	}
 	// An open circuit is not a liveness failure: health reports only whether

@@ -49,6 +49,8 @@ func TestHelpVersionAndFlagErrors(t *testing.T) {
 	for args, want := range map[string]string{
 		"--leader-election-renew-deadline=20s": "--leader-election-renew-deadline (20s) must be less than --leader-election-lease-duration (15s)",
 		"extra":                                `unexpected argument "extra"`,
+		"--apiserver-request-timeout=0s":       "--apiserver-request-timeout must be positive",
+		"--max-open-circuits=-1":               "--max-open-circuits must be 0 (no limit) or more",
 		"--no-such-flag":                       "no-such-flag",
 	} {
 		if err := run(strings.Fields(args), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), want) {

@@ -22,6 +22,8 @@ type memory struct {
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
+	// chain is its last preflight verdict (preflight.go).
+	chain *chainMemo
 }
 
 // version is a breaker's resourceVersion after this controller's last

@@ -72,6 +72,8 @@ func (t keptTargets) Get(breaker string, _ v1alpha1.TargetKind, _ string) (clien
 func (t keptTargets) Forget(breaker string)                      { t.set(t.fed, breaker, false) }
 func (t keptTargets) Users(v1alpha1.TargetKind, string) []string { return nil }
 func (t keptTargets) Listing(v1alpha1.TargetKind, string) bool   { return false }
+func (t keptTargets) Generation() uint64                         { return 0 }
+func (t keptTargets) Each(func(client.Object))                   {}
 
 // TestDeletedBreakerLeavesNothingInMemory: a breaker that opened and closed
 // its circuit, with every collaborator keeping something of it, is deleted;

@@ -156,6 +156,8 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 	deleting := !b.DeletionTimestamp.IsZero()
 	if obs.State.Index >= 0 && !deleting {
 		r.Health.Ensure(b.Name, r.probeSettings(ctx, spec.Probe, obs.State.Webhook))
+		chain := r.preflight(b.Name, obs.Config, obs.State.Webhook)
+		obs.Chain = &chain
 	}
 	obs.Health, _ = r.Health.Observe(b.Name)
 	obs.Signal = r.observeSignal(b, spec, obs)

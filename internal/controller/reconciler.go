@@ -75,6 +75,10 @@ type Reconciler struct {
 	Decisions *schedule.Decisions
 	// Limit, if set, is --max-open-circuits: every open is judged by it.
 	Limit *clusterlimit.Gate
+	// RequestDeadline is the API server's request deadline the Preflight
+	// condition judges a chain of webhooks against
+	// (--apiserver-request-timeout); 0: kube-apiserver's default, 60s.
+	RequestDeadline time.Duration
 	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
@@ -89,6 +93,8 @@ type Reconciler struct {
 	// configs is what it remembers of each target configuration: its
 	// write lock, and its own last write to it (memory.go).
 	configs sync.Map // kind/name -> *configMemory
+	// chains are the watched configurations' webhooks, for the preflight.
+	chains watchedHooks
 }
 
 // TargetSource serves reads of target configurations from their watches;
@@ -104,6 +110,12 @@ type TargetSource interface {
 	// Listing reports whether the configuration's watch runs but has not
 	// listed it yet; when it has, it names its users as changed.
 	Listing(kind v1alpha1.TargetKind, name string) bool
+	// Generation changes whenever a watched configuration does (0: there
+	// are no watches).
+	Generation() uint64
+	// Each calls fn with every watched configuration listed; fn must
+	// neither change nor keep it.
+	Each(fn func(client.Object))
 }
 
 // AuditQueue takes requests for the audits of a breaker's closed windows;
@@ -124,6 +136,8 @@ func (uncachedTargets) Get(string, v1alpha1.TargetKind, string) (client.Object, 
 func (uncachedTargets) Users(v1alpha1.TargetKind, string) []string                             { return nil }
 func (uncachedTargets) Forget(string)                                                          {}
 func (uncachedTargets) Listing(v1alpha1.TargetKind, string) bool                               { return false }
+func (uncachedTargets) Generation() uint64                                                     { return 0 }
+func (uncachedTargets) Each(func(client.Object))                                               {}
 func (noAudits) Request(string)                                                                {}
 func (noSignals) Ensure(string, apisignal.Settings) error                                      { return nil }
 func (noSignals) Stop(string)                                                                  {}

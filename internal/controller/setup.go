@@ -58,6 +58,9 @@ type Options struct {
 	// MaxOpenCircuits is --max-open-circuits: how many circuits may be open
 	// at once in the cluster (0: no limit).
 	MaxOpenCircuits int
+	// RequestDeadline is --apiserver-request-timeout: the deadline the
+	// Preflight condition judges chains of webhooks against (0: 60s).
+	RequestDeadline time.Duration
 }
 
 // Setup adds the controller and the runnables that feed it to mgr: the
@@ -71,7 +74,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	opts.setDefaults()
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
 		// The breakers naming one webhook: who owns it (conflict.go).
-		TargetIndexed: true, Limit: &clusterlimit.Gate{Max: opts.MaxOpenCircuits, Reader: mgr.GetAPIReader()}}
+		TargetIndexed: true, Limit: &clusterlimit.Gate{Max: opts.MaxOpenCircuits, Reader: mgr.GetAPIReader()},
+		RequestDeadline: opts.RequestDeadline}
 	queue := &schedule.Queue{}
 	r.Requeue = queue.Add
 	r.Decisions = &schedule.Decisions{Workers: opts.MaxConcurrentReconciles}

@@ -22,13 +22,13 @@ type Event struct {
 // Ready, once when it starts; a recreated target; a re-arm.
 func ReportEvents(b *v1alpha1.WebhookCircuitBreaker, d Decision, next v1alpha1.WebhookCircuitBreakerStatus) []Event {
 	var out []Event
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved, v1alpha1.ConditionOpenTooLong} {
+	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved, v1alpha1.ConditionOpenTooLong, v1alpha1.ConditionPreflight} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue
 		}
 		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal)
+		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal || typ == v1alpha1.ConditionPreflight)
 		if bad && (prev == nil || prev.Status != c.Status || prev.Reason != c.Reason) {
 			out = append(out, Event{"Warning", c.Reason, "Report", c.Message})
 		}

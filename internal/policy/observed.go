@@ -10,6 +10,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
 
 // RearmAnnotation on a breaker re-arms it when its value changes.
@@ -37,6 +38,9 @@ type Observed struct {
 	Conflict string
 	// TrialCalls are the API server's calls in a running half-open trial.
 	TrialCalls halfopen.Calls
+	// Chain is the preflight of the webhooks that can match the same
+	// requests; nil when the webhook was not found.
+	Chain *webhookchain.Verdict
 }
 
 // NewInput gathers what Decide needs from the breaker, its resolved spec

@@ -59,7 +59,20 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	setFloor(&s, b, o)
 	setMaxOpen(&s, b, o, ours)
 	setOpenRefused(&s, b, o)
+	setPreflight(&s, b, o)
 	return s
+}
+
+// setPreflight sets Preflight from the chain's verdict; without one (the
+// webhook was not found) it stays as last judged. It never touches Ready.
+func setPreflight(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) {
+	v := o.Observed.Chain
+	if v == nil {
+		return
+	}
+	c := v.Condition(b.Generation)
+	c.LastTransitionTime = o.Now
+	meta.SetStatusCondition(&s.Conditions, c)
 }
 
 // notApprovedStatus is the status of a breaker whose target tripswitch may

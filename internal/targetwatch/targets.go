@@ -37,6 +37,8 @@ type Targets struct {
 	ctx      context.Context // nil until Start
 	watches  map[targetKey]*targetWatch
 	breakers map[string]targetKey // breaker -> what it targets
+	// gen counts changes to the set of watched configurations and to each.
+	gen atomic.Uint64
 }
 
 type targetKey struct {
@@ -215,6 +217,7 @@ func (t *Targets) release(breaker string) {
 			w.stop()
 		}
 		delete(t.watches, key)
+		t.gen.Add(1)
 	}
 }
 
@@ -231,8 +234,36 @@ func (t *Targets) run(w *targetWatch) {
 	go t.reflector(w).RunWithContext(ctx)
 }
 
+// Generation changes whenever a watched configuration does, or one is
+// watched or no longer watched: what was judged on Each stays true while
+// it is unchanged.
+func (t *Targets) Generation() uint64 { return t.gen.Load() }
+
+// Each calls fn with every watched configuration that its watch has
+// listed, outside the watcher's lock. The objects are the stores' own:
+// fn must neither change nor keep them.
+func (t *Targets) Each(fn func(client.Object)) {
+	var objs []client.Object
+	t.mu.Lock()
+	for _, w := range t.watches {
+		if w.stop == nil || !w.store.synced.Load() {
+			continue
+		}
+		for _, item := range w.store.List() {
+			if o, ok := item.(client.Object); ok {
+				objs = append(objs, o)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, o := range objs {
+		fn(o)
+	}
+}
+
 // changed tells every breaker targeting key to look again.
 func (t *Targets) changed(key targetKey) {
+	t.gen.Add(1)
 	t.mu.Lock()
 	var users []string
 	if w, ok := t.watches[key]; ok {

@@ -54,14 +54,18 @@ type Verdict struct {
 	Worst time.Duration
 	// Deadline is the API server's request deadline judged against.
 	Deadline time.Duration
-	// Mutating are the mutating webhooks in the chain (target included),
-	// configuration/webhook, in the order read.
-	Mutating []string
-	// Validating are the validating ones.
-	Validating []string
-	// Message explains the verdict for the Preflight condition.
+	// Mutating and Validating count the webhooks of each kind in the chain,
+	// the target included.
+	Mutating, Validating int
+	// Message explains the verdict for the Preflight condition. It names
+	// at most MessageWebhooks of the chain, the longest first, so that it
+	// stays short however many webhooks match (a condition's message is
+	// bounded, and a status that cannot be written reports nothing).
 	Message string
 }
+
+// MessageWebhooks is how many webhooks a verdict's message names.
+const MessageWebhooks = 6
 
 // Timeout is the webhook's configured timeout (v1's default when unset).
 func Timeout(w circuit.Webhook) time.Duration {
@@ -75,49 +79,112 @@ func Timeout(w circuit.Webhook) time.Duration {
 // the target's (the target is included whether or not all holds it),
 // against deadline (DefaultRequestDeadline when 0).
 func Judge(target circuit.Webhook, all []Hook, deadline time.Duration) Verdict {
+	return JudgeAmong(target, all, nil, deadline)
+}
+
+// JudgeAmong is Judge on the webhooks of own (the target's configuration,
+// as read) and of watched (other configurations; any entry of the target's
+// configuration there is skipped, so a watch that lags its read counts
+// nothing twice).
+func JudgeAmong(target circuit.Webhook, own, watched []Hook, deadline time.Duration) Verdict {
 	if deadline <= 0 {
 		deadline = DefaultRequestDeadline
 	}
 	v := Verdict{Deadline: deadline}
-	same := func(w circuit.Webhook) bool {
-		return w.Configuration == target.Configuration && w.Kind == target.Kind && w.Name == target.Name
-	}
-	chain := []Hook{{Webhook: target}}
-	for _, h := range all {
-		switch {
-		case same(h.Webhook):
-			chain[0].Reinvoked = h.Reinvoked
-		case Overlaps(target.Rules, h.Rules):
-			chain = append(chain, h)
-		}
-	}
+	mine := func(w circuit.Webhook) bool { return w.Configuration == target.Configuration && w.Kind == target.Kind }
 	var serial, parallel time.Duration
-	var detail []string
-	for _, w := range chain {
-		t := Timeout(w.Webhook)
-		id := w.Configuration + "/" + w.Name
-		if w.Mutating() {
-			v.Mutating = append(v.Mutating, id)
-			if w.Reinvoked {
+	var top topHooks
+	add := func(h Hook) {
+		t := Timeout(h.Webhook)
+		if h.Mutating() {
+			v.Mutating++
+			if h.Reinvoked {
 				t *= 2
-				id += " (reinvoked)"
 			}
 			serial += t
 		} else {
-			v.Validating = append(v.Validating, id)
+			v.Validating++
 			parallel = max(parallel, t)
 		}
-		detail = append(detail, fmt.Sprintf("%s %s", id, t))
+		top.add(h, t)
+	}
+	isTarget := func(h Hook) bool { return h.Name == target.Name && mine(h.Webhook) }
+	self := Hook{Webhook: target}
+find:
+	for _, list := range [2][]Hook{own, watched} {
+		for _, h := range list {
+			if isTarget(h) {
+				self.Reinvoked = h.Reinvoked
+				break find
+			}
+		}
+	}
+	add(self)
+	for _, h := range own {
+		if !isTarget(h) && Overlaps(target.Rules, h.Rules) {
+			add(h)
+		}
+	}
+	for _, h := range watched {
+		if isTarget(h) || (len(own) > 0 && mine(h.Webhook)) {
+			continue // the target's configuration counts as read
+		}
+		if Overlaps(target.Rules, h.Rules) {
+			add(h)
+		}
 	}
 	v.Worst = serial + parallel
 	v.Exceeds = v.Worst > deadline
+	n := v.Mutating + v.Validating
 	if v.Exceeds {
 		v.Message = fmt.Sprintf("with every circuit closed, the %d webhooks that can match the same requests can take %s (mutating in series, validating in parallel), longer than the API server's request deadline of %s: %s",
-			len(chain), v.Worst, deadline, strings.Join(detail, ", "))
+			n, v.Worst, deadline, top.String(n))
 	} else {
-		v.Message = fmt.Sprintf("the %d webhooks that can match the same requests take at most %s, within the API server's request deadline of %s", len(chain), v.Worst, deadline)
+		v.Message = fmt.Sprintf("the %d webhooks that can match the same requests take at most %s, within the API server's request deadline of %s", n, v.Worst, deadline)
 	}
 	return v
+}
+
+// topHooks keeps the MessageWebhooks longest webhooks of a chain, in the
+// order met among equals.
+type topHooks struct {
+	n    int
+	list [MessageWebhooks]struct {
+		h Hook
+		t time.Duration
+	}
+}
+
+func (x *topHooks) add(h Hook, t time.Duration) {
+	i := x.n
+	if i == MessageWebhooks {
+		if t <= x.list[i-1].t {
+			return
+		}
+		i--
+	} else {
+		x.n++
+	}
+	for ; i > 0 && x.list[i-1].t < t; i-- {
+		x.list[i] = x.list[i-1]
+	}
+	x.list[i].h, x.list[i].t = h, t
+}
+
+// String names the kept webhooks, and how many more the chain has of all.
+func (x *topHooks) String(all int) string {
+	parts := make([]string, 0, x.n+1)
+	for _, e := range x.list[:x.n] {
+		id := e.h.Configuration + "/" + e.h.Name
+		if e.h.Mutating() && e.h.Reinvoked {
+			id += " (reinvoked)"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", id, e.t))
+	}
+	if more := all - x.n; more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Condition is the verdict as the breaker's Preflight condition: True
@@ -215,16 +282,23 @@ func Read(ctx context.Context, r client.Reader) ([]Hook, error) {
 			return nil, fmt.Errorf("preflight: %w", err)
 		}
 		for _, cfg := range cfgs {
-			m, _ := cfg.Object.(*admissionregistrationv1.MutatingWebhookConfiguration)
-			for i, w := range cfg.Webhooks {
-				h := Hook{Webhook: w}
-				if m != nil && i < len(m.Webhooks) {
-					p := m.Webhooks[i].ReinvocationPolicy
-					h.Reinvoked = p != nil && *p == admissionregistrationv1.IfNeededReinvocationPolicy
-				}
-				out = append(out, h)
-			}
+			out = append(out, Hooks(cfg)...)
 		}
 	}
 	return out, nil
+}
+
+// Hooks are cfg's webhooks as the chain needs them.
+func Hooks(cfg *circuit.Configuration) []Hook {
+	m, _ := cfg.Object.(*admissionregistrationv1.MutatingWebhookConfiguration)
+	out := make([]Hook, 0, len(cfg.Webhooks))
+	for i, w := range cfg.Webhooks {
+		h := Hook{Webhook: w}
+		if m != nil && i < len(m.Webhooks) {
+			p := m.Webhooks[i].ReinvocationPolicy
+			h.Reinvoked = p != nil && *p == admissionregistrationv1.IfNeededReinvocationPolicy
+		}
+		out = append(out, h)
+	}
+	return out
 }

@@ -105,7 +105,7 @@ func TestJudge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := Judge(tc.target, tc.all, tc.dl)
-			if v.Worst != tc.worst || v.Exceeds != tc.exceeds || len(v.Mutating)+len(v.Validating) != tc.chain {
+			if v.Worst != tc.worst || v.Exceeds != tc.exceeds || v.Mutating+v.Validating != tc.chain {
 				t.Fatalf("worst %v exceeds %v chain %v+%v, want %v %v %d", v.Worst, v.Exceeds, v.Mutating, v.Validating, tc.worst, tc.exceeds, tc.chain)
 			}
 			c := v.Condition(3)

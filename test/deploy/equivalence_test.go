@@ -83,6 +83,7 @@ func TestChartOptions(t *testing.T) {
 		"endpointProbing":               map[string]any{"enabled": true},
 		"apiServerSignal":               map[string]any{"enabled": true},
 		"maxOpenCircuits":               3,
+		"apiServerRequestTimeout":       "90s",
 		"audit": map[string]any{"enabled": true, "resources": []any{
 			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}},
 		}},
@@ -122,6 +123,9 @@ func TestChartOptions(t *testing.T) {
 	args, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
 	if !strings.Contains(fmt.Sprint(args), "--max-open-circuits=3") {
 		t.Fatalf("maxOpenCircuits not passed to the manager: %v", args)
+	}
+	if !strings.Contains(fmt.Sprint(args), "--apiserver-request-timeout=90s") {
+		t.Fatalf("apiServerRequestTimeout not passed to the manager: %v", args)
 	}
 	if !strings.Contains(fmt.Sprint(args), "--metrics-secure=false") {
 		t.Fatalf("metrics.secure=false not passed to the manager: %v", args)
@@ -255,6 +259,7 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 		{map[string]any{"approvedFallbackPolicies": map[string]any{"mutating": []any{"Bad_Name"}}}, "/approvedFallbackPolicies/mutating/0"},
 		{map[string]any{"approvedFallbackPolicies": map[string]any{"validating": "require-x"}}, "/approvedFallbackPolicies/validating': got string, want array"},
 		{map[string]any{"replicas": 0}, "replicas"},
+		{map[string]any{"apiServerRequestTimeout": "a minute"}, "/apiServerRequestTimeout"},
 		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "fifteen"}}, "/leaderElection/leaseDuration"},
 		{map[string]any{"audit": map[string]any{"enabled": true, "resources": []any{map[string]any{"resources": []any{"deployments"}}}}}, "apiGroups"},
 		{map[string]any{"apiserverSignal": map[string]any{"enabled": true}}, "apiserverSignal"},
