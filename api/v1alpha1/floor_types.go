@@ -98,4 +98,11 @@ type FloorStatus struct {
 	// Message says why the floor cannot be armed or disarmed, when it cannot.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Previous are fallback policies (Kind/name) this breaker adopted under
+	// an earlier spec.whileOpen.fallbackPolicy and has not yet given back as
+	// it found them; Message says why. While the circuit is open, one is
+	// given back only once the policy named now is armed.
+	// +optional
+	// +listType=atomic
+	Previous []string `json:"previous,omitempty"`
 }

@@ -40,7 +40,8 @@ func fallbackOf(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.FallbackPolicy {
 
 // syncFloor writes the fallback policy of the breaker rec names toward want,
 // after its webhook was restored (the webhook first, then the floor): a
-// restore disarms it, a stand-down gives it back as tripswitch found it. A
+// restore disarms it, a stand-down gives it back as tripswitch found it.
+// Either gives back a policy an earlier spec named (status.floor). A
 // breaker that is gone, or has no fallback policy, holds no floor.
 func syncFloor(ctx context.Context, c client.Client, breaker string, want floor.Want) error {
 	var b v1alpha1.WebhookCircuitBreaker
@@ -49,15 +50,16 @@ func syncFloor(ctx context.Context, c client.Client, breaker string, want floor.
 	} else if err != nil {
 		return fmt.Errorf("read breaker %s for its fallback policy: %w", breaker, err)
 	}
+	w := floor.Writer{Client: c}
+	owner := floor.Owner{Breaker: b.Name, UID: b.UID}
 	fp := fallbackOf(&b)
-	if fp == nil {
-		return nil
+	if fp != nil {
+		_, err := w.Sync(ctx, *fp, owner, want, b.Status.Floor, metav1.Now())
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("breaker %s: %w", b.Name, err)
+		}
 	}
-	_, err := floor.Writer{Client: c}.Sync(ctx, *fp, floor.Owner{Breaker: b.Name, UID: b.UID}, want, b.Status.Floor, metav1.Now())
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if _, _, err := w.ReleaseAll(ctx, floor.Replaced(b.Status.Floor, fp), owner); err != nil {
 		return fmt.Errorf("breaker %s: %w", b.Name, err)
 	}
 	return nil

@@ -13,16 +13,27 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
-// syncFloor writes b's fallback policy toward want (floor.Writer.Sync) and
-// emits its events; nil without a fallback policy.
+// syncFloor writes b's fallback policy toward want (floor.Writer.Sync),
+// gives back any policy an earlier spec named (floor.Replaced: while the
+// circuit is open, only once the policy named now is armed, so the circuit
+// never goes without the floor it is meant to have) and emits its events;
+// nil without a fallback policy, named now or before.
 func (r *Reconciler) syncFloor(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, want floor.Want) *policy.FloorReport {
-	if spec.Fallback == nil {
+	replaced := floor.Replaced(b.Status.Floor, spec.Fallback)
+	if spec.Fallback == nil && len(replaced) == 0 {
 		return nil
 	}
 	w := floor.Writer{Client: r.Client, Reader: r.APIReader}
-	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
-	s, err := w.Sync(ctx, *spec.Fallback, floor.Owner{Breaker: b.Name, UID: b.UID}, want, b.Status.Floor, now)
-	f := &policy.FloorReport{Synced: s, Err: err}
+	owner := floor.Owner{Breaker: b.Name, UID: b.UID}
+	f := &policy.FloorReport{}
+	if spec.Fallback != nil {
+		now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		f.Synced, f.Err = w.Sync(ctx, *spec.Fallback, owner, want, b.Status.Floor, now)
+	}
+	f.Left = replaced
+	if len(replaced) > 0 && (f.Err == nil || want != floor.WantArmed) {
+		f.Released, f.Left, f.PreviousErr = w.ReleaseAll(ctx, replaced, owner)
+	}
 	for _, e := range policy.FloorEvents(b, f) {
 		r.event(b, e.Type, e.Reason, e.Action, "%s", e.Message)
 	}
@@ -49,7 +60,7 @@ func (r *Reconciler) writeWithFloor(ctx context.Context, b *v1alpha1.WebhookCirc
 	want := policy.FloorAfter(b, s.d, after)
 	f = r.syncFloor(ctx, b, spec, want)
 	if err == nil && f != nil && want == floor.WantReleased {
-		err = f.Err
+		err = errors.Join(f.Err, f.PreviousErr)
 	}
 	return after, f, err
 }

@@ -355,3 +355,117 @@ func TestBreakGlassKnowsTheFloor(t *testing.T) {
 		t.Fatalf("after restore:\n%s\n%s\nwant\n%s\n%s", cfg, pol, cfg0, pol0)
 	}
 }
+
+// TestChangingTheFallbackPolicyGivesTheOldOneBack: a breaker whose
+// spec.whileOpen.fallbackPolicy names another policy gives the one it held
+// back as it found it; while the circuit is open only once the new one is
+// armed (a new one that cannot be armed keeps the old one armed, listed in
+// status.floor.previous); removing the fallback while open gives it back
+// too; after the breaker is deleted both policies are byte-identical to how
+// the operator wrote them.
+func TestChangingTheFallbackPolicyGivesTheOldOneBack(t *testing.T) {
+	b := newFloorBed(t, v1alpha1.ValidatingAdmissionPolicy)
+	one := b.cfg
+	two := b.cfg + "-two"
+	second := b.policy.DeepCopyObject().(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	second.ObjectMeta = metav1.ObjectMeta{Name: two}
+	if err := b.c.Create(b.ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.c.Delete(context.Background(), second) })
+	policy := func(name string) string {
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := b.c.Get(b.ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(map[string]any{"spec": p.Spec, "annotations": p.Annotations})
+		return string(data)
+	}
+	armed := func(name string) bool { return !strings.Contains(policy(name), `"`+floor.MatchConditionName+`"`) }
+	adopted := func(name string) bool { return strings.Contains(policy(name), floor.AnnotationKey) }
+	orig1, orig2 := policy(one), policy(two)
+	name := func(n string) string { return string(v1alpha1.ValidatingAdmissionPolicy) + "/" + n }
+	point := func(n string) {
+		t.Helper()
+		wcb := b.getBreaker(b.cfg)
+		if n == "" {
+			wcb.Spec.WhileOpen = nil
+		} else {
+			wcb.Spec.WhileOpen = &v1alpha1.WhileOpenSpec{FallbackPolicy: &v1alpha1.FallbackPolicy{Kind: v1alpha1.ValidatingAdmissionPolicy, Name: n}}
+		}
+		if err := b.c.Update(b.ctx, wcb); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	wcb := b.breaker()
+	r := b.reconciler(b.c)
+	b.drive(r, wcb.Name, probe.Healthy)
+	if !adopted(one) || armed(one) || adopted(two) {
+		t.Fatalf("closed: one %s, two %s", policy(one), policy(two))
+	}
+
+	// Closed: one is given back as written, two adopted inert.
+	point(two)
+	b.settle(r, wcb.Name)
+	if policy(one) != orig1 || !adopted(two) || armed(two) {
+		t.Fatalf("after the change while closed:\none %s\n was %s\ntwo %s", policy(one), orig1, policy(two))
+	}
+	if f := b.getBreaker(wcb.Name).Status.Floor; f == nil || f.Policy != name(two) || len(f.Previous) != 0 {
+		t.Fatalf("status.floor %+v", f)
+	}
+
+	// Open: two armed; pointed at one, one is armed and two given back.
+	b.drive(r, wcb.Name, probe.Unhealthy)
+	if !armed(two) {
+		t.Fatalf("open: two %s", policy(two))
+	}
+	point(one)
+	b.settle(r, wcb.Name)
+	if !armed(one) || policy(two) != orig2 {
+		t.Fatalf("after the change while open:\none %s\ntwo %s\n was %s", policy(one), policy(two), orig2)
+	}
+
+	// Open, pointed at a policy that does not exist: one stays armed and
+	// is listed as previous until the new one can be armed.
+	missing := b.cfg + "-missing"
+	point(missing)
+	b.settle(r, wcb.Name)
+	f := b.getBreaker(wcb.Name).Status.Floor
+	if !armed(one) || f == nil || f.Policy != name(missing) || fmt.Sprint(f.Previous) != fmt.Sprint([]string{name(one)}) || !strings.Contains(f.Message, "not found") {
+		t.Fatalf("pointed at a missing policy while open: one armed %v, status.floor %+v", armed(one), f)
+	}
+	third := b.policy.DeepCopyObject().(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	third.ObjectMeta = metav1.ObjectMeta{Name: missing}
+	if err := b.c.Create(b.ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.c.Delete(context.Background(), third) })
+	orig3 := policy(missing)
+	b.settle(r, wcb.Name)
+	if !armed(missing) || policy(one) != orig1 {
+		t.Fatalf("once the new policy exists: it armed %v; one %s", armed(missing), policy(one))
+	}
+	if f := b.getBreaker(wcb.Name).Status.Floor; f == nil || len(f.Previous) != 0 || !f.Armed {
+		t.Fatalf("status.floor %+v", f)
+	}
+
+	// The fallback removed while open: given back at once (the operator
+	// chose no floor).
+	point("")
+	b.settle(r, wcb.Name)
+	if policy(missing) != orig3 || b.getBreaker(wcb.Name).Status.Floor != nil {
+		t.Fatalf("fallback removed: policy %s, status.floor %+v", policy(missing), b.getBreaker(wcb.Name).Status.Floor)
+	}
+
+	// Closed again and deleted: every policy as the operator wrote it.
+	point(two)
+	b.drive(r, wcb.Name, probe.Healthy)
+	if err := b.c.Delete(b.ctx, b.getBreaker(wcb.Name)); err != nil {
+		t.Fatal(err)
+	}
+	b.settle(r, wcb.Name)
+	if policy(one) != orig1 || policy(two) != orig2 || policy(missing) != orig3 {
+		t.Fatalf("after delete:\n%s\n%s\n%s", policy(one), policy(two), policy(missing))
+	}
+}

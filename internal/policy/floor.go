@@ -24,6 +24,10 @@ const (
 type FloorReport struct {
 	Synced floor.Synced
 	Err    error
+	// Released are the replaced policies given back by this sync, Left
+	// those still to give back, and PreviousErr why (floor.ReleaseAll).
+	Released, Left []v1alpha1.FallbackPolicy
+	PreviousErr    error
 }
 
 // FloorBeforeWrite is the floor a write needs in place before it is made:
@@ -53,13 +57,25 @@ func setFloor(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 	if o.Floor == nil && b.Spec.WhileOpen != nil && b.Spec.WhileOpen.FallbackPolicy != nil {
 		return // not synced this time (a write failed): as last reported
 	}
-	if o.Floor == nil || o.Floor.Synced.Status == nil {
+	if o.Floor == nil || (o.Floor.Synced.Status == nil && len(o.Floor.Left) == 0) {
 		s.Floor = nil
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionFloorArmed)
+		return
+	}
+	if o.Floor.Synced.Status == nil {
+		// No policy named now (or it was released), one replaced still held.
+		s.Floor = &v1alpha1.FloorStatus{Previous: floor.Names(o.Floor.Left), Message: errMessage(o.Floor.PreviousErr)}
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionFloorArmed)
 		return
 	}
 	f := o.Floor.Synced.Status
 	s.Floor = f.DeepCopy()
+	if len(o.Floor.Left) > 0 {
+		s.Floor.Previous = floor.Names(o.Floor.Left)
+		if s.Floor.Message == "" {
+			s.Floor.Message = errMessage(o.Floor.PreviousErr)
+		}
+	}
 	set := setter(s, b, o)
 	switch {
 	case f.Armed:
@@ -69,6 +85,15 @@ func setFloor(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 	default:
 		set(v1alpha1.ConditionFloorArmed, false, ReasonFloorInert, "fallback policy "+f.Policy+" is inert while the circuit is closed")
 	}
+}
+
+// errMessage is why a replaced policy is still held: its release failed,
+// or it waits for the policy named now to be armed.
+func errMessage(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "the replaced fallback policy is given back once the one named now is armed"
 }
 
 func armedAt(f *v1alpha1.FloorStatus) string {
@@ -84,15 +109,21 @@ func FloorEvents(b *v1alpha1.WebhookCircuitBreaker, f *FloorReport) []Event {
 	if f == nil {
 		return nil
 	}
-	name := string(b.Spec.WhileOpen.FallbackPolicy.Kind) + "/" + b.Spec.WhileOpen.FallbackPolicy.Name
 	var out []Event
-	switch f.Synced.Wrote {
-	case floor.WantArmed:
-		out = append(out, Event{"Warning", ReasonFloorArmed, "Arm", "armed fallback policy " + name + ": it applies while the circuit is open"})
-	case floor.WantInert:
-		out = append(out, Event{"Normal", ReasonFloorInert, "Disarm", "fallback policy " + name + " is inert"})
-	case floor.WantReleased:
-		out = append(out, Event{"Normal", ReasonFloorReleased, "Release", "released fallback policy " + name + " as tripswitch found it"})
+	if fp := fallbackOf(b); fp != nil {
+		name := string(fp.Kind) + "/" + fp.Name
+		switch f.Synced.Wrote {
+		case floor.WantArmed:
+			out = append(out, Event{"Warning", ReasonFloorArmed, "Arm", "armed fallback policy " + name + ": it applies while the circuit is open"})
+		case floor.WantInert:
+			out = append(out, Event{"Normal", ReasonFloorInert, "Disarm", "fallback policy " + name + " is inert"})
+		case floor.WantReleased:
+			out = append(out, Event{"Normal", ReasonFloorReleased, "Release", "released fallback policy " + name + " as tripswitch found it"})
+		}
+	}
+	for _, name := range floor.Names(f.Released) {
+		out = append(out, Event{"Normal", ReasonFloorReleased, "Release", "released fallback policy " + name +
+			", no longer named by spec.whileOpen.fallbackPolicy, as tripswitch found it"})
 	}
 	if f.Synced.ExternalChange {
 		out = append(out, Event{"Warning", ReasonExternalChange, "Report", f.Synced.Status.Message})
@@ -100,5 +131,15 @@ func FloorEvents(b *v1alpha1.WebhookCircuitBreaker, f *FloorReport) []Event {
 	if f.Err != nil && (b.Status.Floor == nil || b.Status.Floor.Message != f.Synced.Status.Message) {
 		out = append(out, Event{"Warning", ReasonFloorFailed, "Report", f.Err.Error()})
 	}
+	if f.PreviousErr != nil && (b.Status.Floor == nil || b.Status.Floor.Message != f.PreviousErr.Error()) {
+		out = append(out, Event{"Warning", ReasonFloorFailed, "Report", f.PreviousErr.Error()})
+	}
 	return out
+}
+
+func fallbackOf(b *v1alpha1.WebhookCircuitBreaker) *v1alpha1.FallbackPolicy {
+	if b.Spec.WhileOpen == nil {
+		return nil
+	}
+	return b.Spec.WhileOpen.FallbackPolicy
 }
