@@ -3,6 +3,7 @@ package controller_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
@@ -109,5 +112,61 @@ tripswitch_circuit_open_refused{breaker="`+names[4]+`"} 1
 	beds[4].settle(r, names[4])
 	if got := fmt.Sprint(open()); got != "[3 4]" || refusal(4) != "" {
 		t.Fatalf("after 2 closed: open %s, want [3 4]", got)
+	}
+}
+
+// TestMaxOpenCircuitsUnderConcurrentReconciles: five breakers failing at
+// once, reconciled in parallel by one reconciler (as the manager's workers
+// do), twenty rounds: never more than two circuits open, on the records
+// (two reconciles that both see one open cannot both take the last place),
+// and in the end exactly two open and three refused.
+func TestMaxOpenCircuitsUnderConcurrentReconciles(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	base := newBed(t)
+	base.c = env.Client
+	r := base.reconciler(env.Client)
+	r.Limit = &clusterlimit.Gate{Max: 2, Reader: env.Client}
+	beds := make([]*bed, 5)
+	names := make([]string, 5)
+	for i := range beds {
+		b := *base
+		b.cfg = fmt.Sprintf("%s-%d", base.cfg, i)
+		beds[i] = &b
+		b.createConfig(nil)
+		names[i] = b.createBreaker(b.cfg, nil).Name
+		b.drive(r, names[i], probe.Healthy)
+	}
+	records := func() (n int) {
+		for _, b := range beds {
+			if hasRecord(b.getConfig()) {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range beds {
+		base.health.set(names[i], probe.Unhealthy)
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for i := range beds {
+			wg.Go(func() {
+				_, _ = r.Reconcile(base.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: names[i]}})
+			})
+		}
+		wg.Wait()
+		if n := records(); n > 2 {
+			t.Fatalf("round %d: %d circuits open, the limit is 2", round, n)
+		}
+	}
+	refused := 0
+	for i, b := range beds {
+		b.settle(r, names[i])
+		if c := meta.FindStatusCondition(b.getBreaker(names[i]).Status.Conditions, v1alpha1.ConditionOpenRefused); c != nil && c.Status == "True" {
+			refused++
+		}
+	}
+	if n := records(); n != 2 || refused != 3 {
+		t.Fatalf("settled: %d open, %d refused; want 2 and 3", n, refused)
 	}
 }
