@@ -18,16 +18,7 @@ import (
 // accepted by the real API server, and its fallback policies, written inert,
 // are adopted by a record alone and armed and disarmed by the floor.
 func TestFallbackDocExample(t *testing.T) {
-	data, err := os.ReadFile(repoPath(t, "docs", "fallback.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	for i, part := range strings.Split(string(data), "```") {
-		if i%2 == 1 && strings.HasPrefix(part, "yaml\n") {
-			blocks = append(blocks, strings.TrimPrefix(part, "yaml\n"))
-		}
-	}
+	blocks := yamlBlocks(t, "docs", "fallback.md")
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	ctx := t.Context()
 	kinds := map[string]int{}
@@ -68,5 +59,70 @@ func TestFallbackDocExample(t *testing.T) {
 		if _, err := w.Disarm(ctx, p, owner, metav1.Now()); err != nil || !floor.Inspect(p).Inert() {
 			t.Fatalf("%s: disarm: %v", fp.Name, err)
 		}
+	}
+}
+
+// yamlBlocks are the YAML code blocks of a Markdown file of the repository.
+func yamlBlocks(t *testing.T, path ...string) []string {
+	t.Helper()
+	data, err := os.ReadFile(repoPath(t, path...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for i, part := range strings.Split(string(data), "```") {
+		if i%2 == 1 && strings.HasPrefix(part, "yaml\n") {
+			blocks = append(blocks, strings.TrimPrefix(part, "yaml\n"))
+		}
+	}
+	return blocks
+}
+
+// TestReadmeFallbackExample: the README's fallback example is accepted by
+// the real API server as written (policy, binding, breaker), and its
+// policy, written inert, is adopted by a record alone, then armed and
+// disarmed by the floor.
+func TestReadmeFallbackExample(t *testing.T) {
+	var example string
+	for _, b := range yamlBlocks(t, "README.md") {
+		if strings.Contains(b, "fallbackPolicy:") {
+			example = b
+		}
+	}
+	if example == "" {
+		t.Fatal("README.md has no fallback example")
+	}
+	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
+	ctx := t.Context()
+	kinds := map[string]int{}
+	for _, o := range decode(t, []byte(example)) {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("the API server rejects the README's %s: %v", key(o), err)
+		}
+		kinds[o.GetKind()]++
+	}
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "WebhookCircuitBreaker"} {
+		if kinds[k] != 1 {
+			t.Errorf("the README's example has %d %s, want 1", kinds[k], k)
+		}
+	}
+	var b v1alpha1.WebhookCircuitBreaker
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "policy-validator"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	w := floor.Writer{Client: env.Client}
+	p, err := w.Read(ctx, *b.Spec.WhileOpen.FallbackPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := floor.Owner{Breaker: b.Name, UID: b.UID}
+	if wrote, err := w.Disarm(ctx, p, owner, metav1.Now()); err != nil || !wrote || !floor.Inspect(p).Record.ConditionPreexisted {
+		t.Fatalf("adoption wrote %v, %v", wrote, err)
+	}
+	if _, err := w.Arm(ctx, p, owner, metav1.Now()); err != nil || !floor.Inspect(p).Armed() {
+		t.Fatalf("arm: %v", err)
+	}
+	if _, err := w.Disarm(ctx, p, owner, metav1.Now()); err != nil || !floor.Inspect(p).Inert() {
+		t.Fatalf("disarm: %v", err)
 	}
 }
