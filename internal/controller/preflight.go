@@ -22,13 +22,17 @@ type watchedHooks struct {
 	mu    sync.Mutex
 	gen   uint64 // the watches' generation they were gathered at
 	at    time.Time
-	hooks []webhookchain.Hook
+	hooks []webhookchain.Hook // sorted by kind, configuration, name
+	// id changes when a gathering differs in what a chain is judged on
+	// (rules, timeouts, reinvocation): an open or close changes none of
+	// it, so a storm judges no chain again.
+	id uint64
 }
 
 // chainMemo is a breaker's preflight verdict and the gathering it was
 // judged on.
 type chainMemo struct {
-	gen     uint64
+	id      uint64
 	verdict webhookchain.Verdict
 }
 
@@ -38,22 +42,22 @@ type chainMemo struct {
 // ones breakers target (the controller may read no other; `tripswitch
 // check`, with an operator's credentials, judges them all).
 func (r *Reconciler) preflight(breaker string, cfg *circuit.Configuration, target circuit.Webhook) webhookchain.Verdict {
-	gen, watched := r.watched()
-	if gen != 0 { // 0: no watches, nothing to remember
-		if m := r.memory.get(breaker).chain; m != nil && m.gen == gen {
+	id, watched := r.watched()
+	if id != 0 { // 0: no watches, nothing to remember
+		if m := r.memory.get(breaker).chain; m != nil && m.id == id {
 			return m.verdict
 		}
 	}
 	v := webhookchain.JudgeAmong(target, webhookchain.Hooks(cfg), watched, r.requestDeadline())
-	if gen != 0 {
-		r.memory.update(breaker, func(m *memory) { m.chain = &chainMemo{gen: gen, verdict: v} })
+	if id != 0 {
+		r.memory.update(breaker, func(m *memory) { m.chain = &chainMemo{id: id, verdict: v} })
 	}
 	return v
 }
 
 // watched gathers the watched configurations' webhooks again when they
 // changed and chainRefresh has passed since the last gathering, and
-// returns the gathering's generation and webhooks (read only).
+// returns the gathering's id and webhooks (read only).
 func (r *Reconciler) watched() (uint64, []webhookchain.Hook) {
 	gen := r.Targets.Generation()
 	if gen == 0 {
@@ -70,9 +74,13 @@ func (r *Reconciler) watched() (uint64, []webhookchain.Hook) {
 				hooks = append(hooks, webhookchain.Hooks(c)...)
 			}
 		})
+		webhookchain.Sort(hooks)
+		if w.id == 0 || !webhookchain.SameChains(w.hooks, hooks) {
+			w.id++
+		}
 		w.gen, w.at, w.hooks = gen, now, hooks
 	}
-	return w.gen, w.hooks
+	return w.id, w.hooks
 }
 
 func (r *Reconciler) requestDeadline() time.Duration {

@@ -19,12 +19,15 @@
 package webhookchain
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -286,6 +289,25 @@ func Read(ctx context.Context, r client.Reader) ([]Hook, error) {
 		}
 	}
 	return out, nil
+}
+
+// Sort orders hooks by kind, configuration and name, so that two
+// gatherings of the same configurations compare equal (SameChains).
+func Sort(hooks []Hook) {
+	slices.SortFunc(hooks, func(a, b Hook) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Configuration, b.Configuration), cmp.Compare(a.Name, b.Name))
+	})
+}
+
+// SameChains reports whether two sorted gatherings hold the same webhooks
+// with the same rules, timeouts and reinvocation: what a chain is judged
+// on. Their policies, matchConditions and records may differ (an open
+// changes only those).
+func SameChains(a, b []Hook) bool {
+	return slices.EqualFunc(a, b, func(x, y Hook) bool {
+		return x.Kind == y.Kind && x.Configuration == y.Configuration && x.Name == y.Name && x.Reinvoked == y.Reinvoked &&
+			Timeout(x.Webhook) == Timeout(y.Webhook) && equality.Semantic.DeepEqual(x.Rules, y.Rules)
+	})
 }
 
 // Hooks are cfg's webhooks as the chain needs them.

@@ -1,6 +1,7 @@
 package webhookchain
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,82 @@ func TestJudge(t *testing.T) {
 				t.Fatalf("message %q", c.Message)
 			}
 		})
+	}
+}
+
+// TestMessageIsBounded: a chain of 1,000 overlapping webhooks names the six
+// longest, the longest first, and counts the rest (a condition's message
+// longer than 32 KiB makes the whole status write fail).
+func TestMessageIsBounded(t *testing.T) {
+	const mut = v1alpha1.MutatingWebhookConfiguration
+	target := hook("t", "target.example.com", mut, 1, "pods").Webhook
+	var watched []Hook
+	for i := range 1000 {
+		watched = append(watched, hook(fmt.Sprintf("cfg-%03d", i/4), fmt.Sprintf("w%d.example.com", i%4), mut, int32(1+i%30), "pods"))
+	}
+	v := JudgeAmong(target, nil, watched, 0)
+	if !v.Exceeds || v.Mutating != 1001 || len(v.Message) > 1024 {
+		t.Fatalf("%d webhooks, message of %d bytes: %s", v.Mutating, len(v.Message), v.Message)
+	}
+	// The longest are 30 s, first met first; the target (1 s) is not named.
+	if !strings.HasSuffix(v.Message, ": cfg-007/w1.example.com 30s, cfg-014/w3.example.com 30s, cfg-022/w1.example.com 30s, cfg-029/w3.example.com 30s, cfg-037/w1.example.com 30s, cfg-044/w3.example.com 30s, and 995 more") {
+		t.Fatalf("message %s", v.Message)
+	}
+}
+
+// BenchmarkJudgeAmong1000: what one breaker's preflight costs when the
+// watched configurations hold 1,000 webhooks that all overlap (hack/scale's
+// layout), judged again once per gathering of them.
+func BenchmarkJudgeAmong1000(b *testing.B) {
+	const mut = v1alpha1.MutatingWebhookConfiguration
+	target := hook("t", "target.example.com", mut, 1, "pods").Webhook
+	var watched []Hook
+	for i := range 1000 {
+		watched = append(watched, hook(fmt.Sprintf("cfg-%03d", i/4), fmt.Sprintf("w%d.example.com", i%4), mut, 1, "pods"))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = JudgeAmong(target, nil, watched, 0)
+	}
+}
+
+// TestSameChains: two gatherings differ for the chain only in what it is
+// judged on; a circuit opening (failurePolicy, matchConditions) is not.
+func TestSameChains(t *testing.T) {
+	const mut, val = v1alpha1.MutatingWebhookConfiguration, v1alpha1.ValidatingWebhookConfiguration
+	gather := func(edit func([]Hook)) []Hook {
+		hs := []Hook{hook("b", "b.example.com", val, 5, "pods"), hook("a", "a.example.com", mut, 5, "pods"), hook("a", "c.example.com", mut, 0, "pods")}
+		if edit != nil {
+			edit(hs)
+		}
+		Sort(hs)
+		return hs
+	}
+	base := gather(nil)
+	if base[0].Name != "a.example.com" || base[1].Name != "c.example.com" || base[2].Kind != val {
+		t.Fatalf("sorted %v", base)
+	}
+	for name, tc := range map[string]struct {
+		edit func([]Hook)
+		same bool
+	}{
+		"opened: failurePolicy and a matchCondition": {func(hs []Hook) {
+			hs[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			hs[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "tripswitch.dev/circuit-open", Expression: "false"}}
+		}, true},
+		"timeout unset is the default 10s": {func(hs []Hook) { hs[2].TimeoutSeconds = ptr.To(int32(10)) }, true},
+		"a timeout":                        {func(hs []Hook) { hs[0].TimeoutSeconds = ptr.To(int32(6)) }, false},
+		"a rule": {func(hs []Hook) {
+			hs[1].Rules = []admissionregistrationv1.RuleWithOperations{rule(create, core, []string{"secrets"}, nil)}
+		}, false},
+		"reinvocation":   {func(hs []Hook) { hs[1].Reinvoked = true }, false},
+		"a webhook gone": {func(hs []Hook) { hs[0].Name = "renamed.example.com" }, false},
+	} {
+		if got := SameChains(base, gather(tc.edit)); got != tc.same {
+			t.Errorf("%s: same %v, want %v", name, got, tc.same)
+		}
+	}
+	if SameChains(base, base[:2]) {
+		t.Error("a shorter gathering is the same")
 	}
 }
