@@ -6,14 +6,12 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
 // patchCounter counts the patches that reach webhook configurations.
@@ -52,15 +50,7 @@ func TestOneOutageOpensAConfigurationsBreakersInOnePatch(t *testing.T) {
 			counter := &patchCounter{Client: b.c}
 			r := b.reconciler(counter)
 			if coalesce {
-				cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
-				if err != nil {
-					t.Fatal(err)
-				}
-				watches := targetwatch.New(cs, func(string) {})
-				ctx, cancel := context.WithCancel(b.ctx)
-				done := make(chan struct{})
-				go func() { _ = watches.Start(ctx); close(done) }()
-				t.Cleanup(func() { cancel(); <-done })
+				watches := startWatches(t, b)
 				r.Targets = watches
 			}
 			one, two, observer := b.cfg+"-a", b.cfg+"-b", b.cfg+"-c"

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,7 +23,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
 // Two breakers name one webhook: a carefully tuned original and a newer copy
@@ -182,15 +180,7 @@ func runLabelledManager(t *testing.T, bed string, p probe.Prober) {
 func TestConflictedBreakerIsNoCompanion(t *testing.T) {
 	b := newBed(t)
 	b.createConfig(nil)
-	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watches := targetwatch.New(cs, func(string) {})
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan struct{})
-	go func() { _ = watches.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	watches := startWatches(t, b)
 	r := b.reconciler(b.c)
 	r.Targets = watches
 

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +25,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -250,4 +252,20 @@ func hookOf(t *testing.T, cfg *admissionregistrationv1.MutatingWebhookConfigurat
 func hasRecord(cfg *admissionregistrationv1.MutatingWebhookConfiguration) bool {
 	_, ok := cfg.Annotations[circuit.AnnotationKey(target)]
 	return ok
+}
+
+// startWatches runs target watches on the shared control plane until the
+// test ends, as the manager would.
+func startWatches(t *testing.T, b *bed) *targetwatch.Targets {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watches := targetwatch.New(cs, func(string) {})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { _ = watches.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return watches
 }

@@ -16,31 +16,22 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
-// TestMaxOpenCircuits: with --max-open-circuits 2 and five webhooks failing,
-// exactly the first two open; the other three report OpenRefused/ClusterLimit
-// and their place in line (first to reach its threshold first, whatever
-// order they are reconciled in); as circuits close, opening resumes in that
-// order. Its own control plane: the limit counts every circuit in the
-// cluster.
-func TestMaxOpenCircuits(t *testing.T) {
+// limitedBeds starts a control plane of the test's own (the limit counts
+// every circuit in the cluster) with n configurations and their breakers,
+// healthy, and a reconciler under --max-open-circuits limit.
+func limitedBeds(t *testing.T, n, limit int) (base *bed, r *controller.Reconciler, beds []*bed, names []string) {
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
-	base := newBed(t)
+	base = newBed(t)
 	base.c = env.Client
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := base.reconciler(env.Client)
-	r.Metrics = m
-	r.Limit = &clusterlimit.Gate{Max: 2, Reader: env.Client}
-	beds := make([]*bed, 5)
-	names := make([]string, 5)
+	r = base.reconciler(env.Client)
+	r.Limit = &clusterlimit.Gate{Max: limit, Reader: env.Client}
+	beds, names = make([]*bed, n), make([]string, n)
 	for i := range beds {
 		b := *base
 		b.cfg = fmt.Sprintf("%s-%d", base.cfg, i)
@@ -49,6 +40,23 @@ func TestMaxOpenCircuits(t *testing.T) {
 		names[i] = b.createBreaker(b.cfg, nil).Name
 		b.drive(r, names[i], probe.Healthy)
 	}
+	return base, r, beds, names
+}
+
+// TestMaxOpenCircuits: with --max-open-circuits 2 and five webhooks failing,
+// exactly the first two open; the other three report OpenRefused/ClusterLimit
+// and their place in line (first to reach its threshold first, whatever
+// order they are reconciled in); as circuits close, opening resumes in that
+// order. Its own control plane: the limit counts every circuit in the
+// cluster.
+func TestMaxOpenCircuits(t *testing.T) {
+	base, r, beds, names := limitedBeds(t, 5, 2)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
 	open := func() (out []int) {
 		for i, b := range beds {
 			if b.getBreaker(names[i]).Status.State == v1alpha1.StateOpen && hasRecord(b.getConfig()) {
@@ -121,21 +129,7 @@ tripswitch_circuit_open_refused{breaker="`+names[4]+`"} 1
 // (two reconciles that both see one open cannot both take the last place),
 // and in the end exactly two open and three refused.
 func TestMaxOpenCircuitsUnderConcurrentReconciles(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
-	base := newBed(t)
-	base.c = env.Client
-	r := base.reconciler(env.Client)
-	r.Limit = &clusterlimit.Gate{Max: 2, Reader: env.Client}
-	beds := make([]*bed, 5)
-	names := make([]string, 5)
-	for i := range beds {
-		b := *base
-		b.cfg = fmt.Sprintf("%s-%d", base.cfg, i)
-		beds[i] = &b
-		b.createConfig(nil)
-		names[i] = b.createBreaker(b.cfg, nil).Name
-		b.drive(r, names[i], probe.Healthy)
-	}
+	base, r, beds, names := limitedBeds(t, 5, 2)
 	records := func() (n int) {
 		for _, b := range beds {
 			if hasRecord(b.getConfig()) {

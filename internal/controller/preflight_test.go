@@ -10,12 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
 
 // TestPreflightJudgesTheChain, on the real API server (which defaults an
@@ -44,15 +42,7 @@ func TestPreflightJudgesTheChain(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.c.Delete(context.Background(), peer) })
 
-	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watches := targetwatch.New(cs, func(string) {})
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan struct{})
-	go func() { _ = watches.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	watches := startWatches(t, b)
 	r := b.reconciler(b.c)
 	r.Targets = watches
 

@@ -2,44 +2,22 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
-	"sigs.k8s.io/yaml"
 )
 
 // shippedRule returns the alerting rule named alert from
 // config/prometheus/rules.yaml, as Prometheus loads it.
 func shippedRule(t *testing.T, alert string) *rules.AlertingRule {
 	t.Helper()
-	data, err := os.ReadFile(repoPath(t, "config", "prometheus", "rules.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pr struct {
-		Spec json.RawMessage `json:"spec"`
-	}
-	if err := yaml.Unmarshal(data, &pr); err != nil {
-		t.Fatal(err)
-	}
-	groupsYAML, err := yaml.JSONToYAML(pr.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := shippedGroups(t)
 	p := parser.NewParser(parser.Options{})
-	groups, errs := rulefmt.Parse(groupsYAML, false, model.LegacyValidation, p, slog.New(slog.DiscardHandler))
-	if len(errs) > 0 {
-		t.Fatalf("rules do not load: %v", errs)
-	}
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
 			if r.Alert != alert {

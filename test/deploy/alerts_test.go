@@ -74,7 +74,10 @@ func metricNames(t *testing.T, expr string) []string {
 // TestAlertRulesParseAndNameExportedMetrics: the PrometheusRule's groups
 // load with Prometheus' own rule loader (which parses every expression and
 // template), and name only metrics the controller exports (and `up`).
-func TestAlertRulesParseAndNameExportedMetrics(t *testing.T) {
+// shippedGroups are config/prometheus/rules.yaml's rule groups, as
+// Prometheus loads them.
+func shippedGroups(t *testing.T) *rulefmt.RuleGroups {
+	t.Helper()
 	data, err := os.ReadFile(repoPath(t, "config", "prometheus", "rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +96,11 @@ func TestAlertRulesParseAndNameExportedMetrics(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("rules do not load: %v", errs)
 	}
+	return groups
+}
+
+func TestAlertRulesParseAndNameExportedMetrics(t *testing.T) {
+	groups := shippedGroups(t)
 	known := exported(t)
 	known["up"] = true
 	var alerts []string

@@ -30,7 +30,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/floor"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
@@ -226,20 +225,10 @@ func patchOf(resource, name string) func(*http.Request) bool {
 func TestKillNineBetweenTheFloorsWrites(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	ctx := t.Context()
-	hook, err := slowhook.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hook.Close() })
+	hook := startSlowHook(t)
 	const name = "floor-kill"
-	never := &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.e2e/never": "true"}}
-	rule := admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: floorWebhook,
-			ClientConfig:  admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/validate"), CABundle: hook.CABundle},
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail), TimeoutSeconds: ptr.To(int32(1)), Rules: []admissionregistrationv1.RuleWithOperations{rule},
-			NamespaceSelector: never, SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}}}}
+	never, rule := inNoNamespace, configMapCreates
+	cfg := slowValidating(hook, name, floorWebhook)
 	pol := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{NamespaceSelector: never,

@@ -28,20 +28,9 @@ import (
 func TestMaxOpenDurationClosesOnTheSystemClock(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	ctx := t.Context()
-	hook, err := slowhook.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hook.Close() })
+	hook := startSlowHook(t)
 	const name, webhook = "max-open", "max-open.tripswitch.e2e"
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: webhook,
-			ClientConfig:  admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/validate"), CABundle: hook.CABundle},
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail), TimeoutSeconds: ptr.To(int32(1)),
-			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.e2e/never": "true"}},
-			SideEffects:       ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}}}}
+	cfg := slowValidating(hook, name, webhook)
 	wcb := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.WebhookCircuitBreakerSpec{
 			Target:                          v1alpha1.Target{Kind: v1alpha1.ValidatingWebhookConfiguration, ConfigurationName: name, WebhookName: webhook},
@@ -104,4 +93,35 @@ func TestMaxOpenDurationClosesOnTheSystemClock(t *testing.T) {
 	if got.Status.State != v1alpha1.StateDisarmed {
 		t.Fatalf("state %s, want Disarmed", got.Status.State)
 	}
+}
+
+// startSlowHook starts a slowhook server until the test ends.
+func startSlowHook(t *testing.T) *slowhook.Server {
+	t.Helper()
+	hook, err := slowhook.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hook.Close() })
+	return hook
+}
+
+// configMapCreates is the rule of the e2e webhooks: ConfigMap creates.
+var configMapCreates = admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+	Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}
+
+// inNoNamespace selects no namespace: the API server never calls the
+// webhook (or applies the policy) on the test's own writes.
+var inNoNamespace = &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.e2e/never": "true"}}
+
+// slowValidating is a validating configuration of one webhook served by
+// hook's /validate (failurePolicy Fail, 1 s timeout) for ConfigMap creates
+// in no namespace: only the probes call it.
+func slowValidating(hook *slowhook.Server, name, webhook string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: webhook,
+			ClientConfig:  admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/validate"), CABundle: hook.CABundle},
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail), TimeoutSeconds: ptr.To(int32(1)),
+			Rules: []admissionregistrationv1.RuleWithOperations{configMapCreates}, NamespaceSelector: inNoNamespace,
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}}}}
 }
