@@ -51,15 +51,19 @@ import (
 //
 // With one lane (GOMAXPROCS 1) there are no budgets: every failure takes the
 // mutex, which is then never contended and cheaper than a budget's
-// bookkeeping.
+// bookkeeping. Nor are there any in METRICS_ONLY: a crossing is reported
+// only after a checked outcome saw the rate below its threshold, and an
+// unchecked failure could take a rate (the slow-call rate too) below it and
+// leave the next crossing unseen.
 type countWindow struct {
-	lanes []countLane
-	mask  int
-	min   atomic.Int64
-	warm  atomic.Bool                // the ring holds at least min calls
-	base  atomic.Uint64              // the successes summed at the last sync
-	room  [roomLen / 4]atomic.Uint64 // room[s], 16 bits each
-	_     [cacheLine]byte
+	lanes   []countLane
+	mask    int
+	budgets bool // more than one lane and not METRICS_ONLY
+	min     atomic.Int64
+	warm    atomic.Bool                // the ring holds at least min calls
+	base    atomic.Uint64              // the successes summed at the last sync
+	room    [roomLen / 4]atomic.Uint64 // room[s], 16 bits each
+	_       [cacheLine]byte
 
 	mu       sync.Mutex
 	failRate float64 // threshold, in percent
@@ -97,10 +101,10 @@ type countLane struct {
 	seen [laneLog / 2]atomic.Uint32
 }
 
-func newCountWindow(c *Config) *countWindow {
+func newCountWindow(c *Config, budgets bool) *countWindow {
 	n := laneCount()
 	w := &countWindow{
-		lanes: make([]countLane, n), mask: n - 1,
+		lanes: make([]countLane, n), mask: n - 1, budgets: budgets && n > 1,
 		failRate: c.FailureRateThreshold, ring: make([]uint8, c.WindowSize),
 		sealed: make([]uint32, n), next: make([]uint32, n),
 	}
@@ -125,7 +129,7 @@ func (w *countWindow) success() bool {
 // runtime parks it if the sync takes long) and tries once more, with the
 // mutex held so that no other sync seals the lane meanwhile.
 func (w *countWindow) failure() bool {
-	if w.mask == 0 {
+	if !w.budgets {
 		return false
 	}
 	switch w.tryFailure() {
@@ -201,7 +205,7 @@ func (w *countWindow) record(_ int64, failure, slow bool, c *counts) {
 		o |= outcomeSlow
 	}
 	self := -1 // a failure beyond its lane's budget asks for more of the room
-	if failure && !slow && w.mask > 0 {
+	if failure && !slow && w.budgets {
 		self = procPin() & w.mask
 		procUnpin()
 	}
@@ -310,7 +314,9 @@ func (w *countWindow) unseal(self int) {
 	if w.mask == 0 {
 		return
 	}
-	w.fillRoom()
+	if w.budgets {
+		w.fillRoom()
+	}
 	demand := uint64(0)
 	for i := range w.lanes {
 		demand += uint64(w.sealed[i])

@@ -27,9 +27,11 @@ type window struct {
 	c *countWindow
 }
 
-func newWindow(c Config) window {
+// newWindow makes a window for a circuit in state s (CLOSED or
+// METRICS_ONLY).
+func newWindow(c Config, s State) window {
 	if c.WindowType == CountBased {
-		return window{c: newCountWindow(&c)}
+		return window{c: newCountWindow(&c, s != MetricsOnly)}
 	}
 	return window{t: newTimeWindow(int64(c.WindowSize), limitsOf(&c))}
 }
