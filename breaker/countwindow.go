@@ -74,6 +74,7 @@ type countWindow struct {
 	locked   int64    // outcomes counted under mu (for tests)
 	sealed   []uint32 // per lane, the failures it counted before the seal
 	next     []uint32 // per lane, the next of them to enter the ring
+	heads    []uint64 // seal's merge heap, one entry per lane (see head)
 }
 
 // roomLen bounds the successes a lane's budget grows with between syncs.
@@ -102,11 +103,14 @@ type countLane struct {
 }
 
 func newCountWindow(c *Config, budgets bool) *countWindow {
-	n := laneCount()
+	return newCountWindowLanes(c, budgets, laneCount())
+}
+
+func newCountWindowLanes(c *Config, budgets bool, n int) *countWindow {
 	w := &countWindow{
 		lanes: make([]countLane, n), mask: n - 1, budgets: budgets && n > 1,
 		failRate: c.FailureRateThreshold, ring: make([]uint8, c.WindowSize),
-		sealed: make([]uint32, n), next: make([]uint32, n),
+		sealed: make([]uint32, n), next: make([]uint32, n), heads: make([]uint64, 0, n),
 	}
 	for i := range w.lanes {
 		w.lanes[i].share.Store(uint32(allShare / n))
@@ -278,20 +282,28 @@ func (w *countWindow) seal() {
 		skip -= d
 		w.pushSuccesses(k - d)
 	}
+	// Each lane's log is sorted (its failures follow one another and the
+	// sum only grows): a k-way merge over the lanes' heads, the smallest
+	// seen first and of equal ones the lowest lane.
+	h := w.heads[:0]
+	for i := range w.lanes {
+		if w.sealed[i] > 0 {
+			h = append(h, w.head(i))
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(h, i)
+	}
 	done := uint64(0) // successes since base already in the ring
-	for {
-		lane, first := -1, uint64(0)
-		for i := range w.lanes {
-			if k := w.next[i]; k < w.sealed[i] {
-				if s := uint64(w.lanes[i].seen[k/2].Load() >> (16 * (k % 2)) & 0xffff); lane < 0 || s < first {
-					lane, first = i, s
-				}
-			}
+	for len(h) > 0 {
+		lane, first := int(uint32(h[0])), h[0]>>32
+		if w.next[lane]++; w.next[lane] < w.sealed[lane] {
+			h[0] = w.head(lane)
+		} else {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
 		}
-		if lane < 0 {
-			break
-		}
-		w.next[lane]++
+		siftDown(h, 0)
 		successes(first - done)
 		done = first
 		if skip > 0 {
@@ -303,6 +315,31 @@ func (w *countWindow) seal() {
 	successes(total - base - done)
 	w.consumed = total
 	w.base.Store(total)
+}
+
+// head is lane i's next failure to enter the ring, as a heap entry: what
+// it saw in the high 32 bits, the lane in the low.
+func (w *countWindow) head(i int) uint64 {
+	k := w.next[i]
+	return uint64(w.lanes[i].seen[k/2].Load()>>(16*(k%2))&0xffff)<<32 | uint64(i)
+}
+
+// siftDown restores the min-heap h below i.
+func siftDown(h []uint64, i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1] < h[c] {
+			c++
+		}
+		if h[i] <= h[c] {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // unseal gives the lanes budgets for the counts the ring holds now and lets
