@@ -56,14 +56,17 @@ import (
 // unchecked failure could take a rate (the slow-call rate too) below it and
 // leave the next crossing unseen.
 type countWindow struct {
+	// Read by every fast outcome, written only when the limits change.
 	lanes   []countLane
 	mask    int
-	budgets bool // more than one lane and not METRICS_ONLY
+	budgets bool        // more than one lane and not METRICS_ONLY
+	warm    atomic.Bool // the ring holds at least min calls
 	min     atomic.Int64
-	warm    atomic.Bool                // the ring holds at least min calls
-	base    atomic.Uint64              // the successes summed at the last sync
-	room    [roomLen / 4]atomic.Uint64 // room[s], 16 bits each
-	_       [cacheLine]byte
+	_       [cacheLine - 48]byte
+	// Written by syncs, read by failures on a budget.
+	base atomic.Uint64              // the successes summed at the last sync
+	room [roomLen / 4]atomic.Uint64 // room[s], 16 bits each
+	_    [cacheLine]byte
 
 	mu       sync.Mutex
 	failRate float64 // threshold, in percent

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // fillLogs gives each of w's lanes a sorted log of up to laneLog failures
@@ -115,5 +116,19 @@ func BenchmarkSeal64Lanes(b *testing.B) {
 		w.mu.Lock()
 		w.seal()
 		w.mu.Unlock()
+	}
+}
+
+// A sync's store of base is off the line that fast successes read.
+func TestCountWindowBaseOffTheHotLine(t *testing.T) {
+	var w countWindow
+	hot := []uintptr{unsafe.Offsetof(w.lanes), unsafe.Offsetof(w.mask), unsafe.Offsetof(w.budgets), unsafe.Offsetof(w.warm), unsafe.Offsetof(w.min)}
+	for _, o := range hot {
+		if o/cacheLine != 0 {
+			t.Fatalf("a hot field at offset %d, beyond the first line", o)
+		}
+	}
+	if b := unsafe.Offsetof(w.base); b < cacheLine {
+		t.Fatalf("base at offset %d, on the hot line", b)
 	}
 }
