@@ -474,7 +474,7 @@ func (b *Breaker) newPhase(s State, prev *phase, now time.Time) *phase {
 	p := &phase{cfg: cfg, timed: timed(cfg), coarse: usesCoarse(cfg), state: s, since: now}
 	switch s {
 	case Closed, MetricsOnly:
-		p.window = newWindow(*cfg)
+		p.window = newWindow(*cfg, s)
 	case Open:
 		p.attempt = 1
 		if prev != nil && prev.state == HalfOpen {

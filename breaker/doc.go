@@ -35,12 +35,20 @@
 // failure beyond its core's budget, a slow call, and a second leaving the
 // window take the budgets back before they count, and the failure is then
 // checked on exact counts: near its threshold the window is checked after
-// every failure. A COUNT_BASED window checks every failure and slow call
-// under its mutex, moving the waiting successes into its ring first (a
-// failure's place among the calls decides when it leaves the window, and
-// no per-core tally keeps that order). A success that may complete the
-// minimum, or the first after a TIME_BASED window moved to a new second, is
-// checked like a failure.
+// every failure. A COUNT_BASED window does the same with more than one P,
+// and keeps each failure's place among the calls (which decides when it
+// leaves the window): a failure counted on its core's budget records the
+// successes all cores had counted when it was, and enters the ring after
+// exactly that many, so a goroutine that failed on one core and then
+// succeeded on another finds its failure older. Its budgets are shares of
+// the failures that keep every window on the way clearly below the
+// threshold in any order (the worst case: the oldest calls leave and the
+// new failures stay), a number that grows with the successes counted since
+// they were granted. Such a failure reads every core's success counter but
+// writes only its own line. With one P every COUNT_BASED failure takes the
+// window's mutex, uncontended. A success that may complete the minimum, or
+// the first after a TIME_BASED window moved to a new second, is checked
+// like a failure.
 //
 // A TIME_BASED window starts a second when its first call of that second
 // arrives, on a process-wide clock refreshed every 50 ms: an outcome may be
@@ -48,7 +56,9 @@
 // nothing; a TIME_BASED window takes its mutex once a second and when a
 // core's failure budget runs out, and its memory is 32 bytes per second
 // that had calls plus one cache line per core, so a failure's cost does not
-// depend on the window's length.
+// depend on the window's length. A COUNT_BASED window holds a byte per call
+// of its size plus three cache lines per core (successes, and the log of
+// the failures a core counted since the window last took its mutex).
 //
 // Every deadline (the open wait, the half-open maximum wait, the window's
 // seconds) is compared with a clock that the caller itself keeps current:

@@ -278,6 +278,67 @@ func TestMetricsOnlyReportsEachCrossingOnce(t *testing.T) {
 	}
 }
 
+// METRICS_ONLY on a COUNT_BASED window reports a second crossing that fast
+// outcomes between the two took below the threshold: the failures that
+// bring the rate back are checked and see it below first (run with -cpu 2
+// or more, where a window could count them on per-core budgets).
+func TestMetricsOnlyCountWindowReportsSecondCrossing(t *testing.T) {
+	for round := range 50 {
+		var events []breaker.Event
+		b := mustNew(t, breaker.Config{
+			WindowSize: 10, MinimumNumberOfCalls: 10, FailureRateThreshold: 50,
+			OnEvent: func(e breaker.Event) { events = append(events, e) },
+		})
+		b.MetricsOnly()
+		events = nil
+		for _, o := range "FFFFFSSSSF" + "SSSSS" + "FFF" + "F" { // 60 %, 10 %, 40 %, 50 %
+			if o == 'F' {
+				call(b, breaker.Failure)
+			} else {
+				call(b, breaker.Success)
+			}
+		}
+		if len(events) != 2 || events[0].Type != breaker.EventFailureRateExceeded || events[1].Type != breaker.EventFailureRateExceeded ||
+			events[0].FailureRate != 60 || events[1].FailureRate != 50 {
+			t.Fatalf("round %d: events %+v, want FAILURE_RATE_EXCEEDED at 60 %% and at 50 %%", round, events)
+		}
+	}
+}
+
+// The same for the slow-call rate: a fast failure that takes it below the
+// threshold is checked, so the slow call that brings it back is a crossing.
+func TestMetricsOnlyCountWindowReportsSecondSlowCrossing(t *testing.T) {
+	for round := range 50 {
+		clk := newClock()
+		var events []breaker.Event
+		b := mustNew(t, breaker.Config{
+			WindowSize: 10, MinimumNumberOfCalls: 10, FailureRateThreshold: 50,
+			SlowCallDurationThreshold: time.Second, SlowCallRateThreshold: 50, Clock: clk,
+			OnEvent: func(e breaker.Event) { events = append(events, e) },
+		})
+		b.MetricsOnly()
+		events = nil
+		slowSuccess := func() {
+			p, _ := b.Allow()
+			clk.Advance(2 * time.Second)
+			p.Done(breaker.Success)
+		}
+		slowSuccess() // the oldest: the fast failure below evicts it
+		for range 4 {
+			call(b, breaker.Success)
+		}
+		for range 4 {
+			slowSuccess()
+		}
+		call(b, breaker.Success) // 50 % slow
+		call(b, breaker.Failure) // 40 % slow, 10 % failed
+		slowSuccess()            // 50 % slow again
+		if len(events) != 2 || events[0].Type != breaker.EventSlowCallRateExceeded || events[1].Type != breaker.EventSlowCallRateExceeded {
+			t.Fatalf("round %d: events %+v, want SLOW_CALL_RATE_EXCEEDED twice", round, events)
+		}
+	}
+}
+
 // CLOSED→OPEN carries the rates that opened it, after a rate-exceeded event;
 // a manual transition to the current state publishes nothing.
 func TestTransitionEvents(t *testing.T) {

@@ -16,50 +16,8 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// cacheLine is the size that keeps two stripes from sharing a line.
+// cacheLine is the size that keeps two cores' counters from sharing a line.
 const cacheLine = 64
-
-type stripe struct {
-	n atomic.Uint64
-	_ [cacheLine - 8]byte
-}
-
-// stripes is a cumulative counter split into one cache line per P, so that
-// calls on different cores never write the same line. Adding is one atomic
-// add to the caller's own line; reading sums every line, which only the
-// calls that need a global view (failures, slow calls, snapshots and the
-// once-a-second roll) do.
-type stripes struct {
-	s    []stripe
-	mask int
-}
-
-func newStripes() stripes {
-	n := 1
-	for n < runtime.GOMAXPROCS(0) {
-		n <<= 1
-	}
-	return stripes{s: make([]stripe, n), mask: n - 1}
-}
-
-// add counts one. If GOMAXPROCS grew since the stripes were made, two Ps
-// may share a line: still correct, only slower.
-func (s *stripes) add() {
-	i := procPin() & s.mask
-	s.s[i].n.Add(1)
-	procUnpin()
-}
-
-// sum reads every stripe. Each stripe only grows, so the result lies between
-// the total when the read began and the total when it ended, and is the
-// total at some instant in between.
-func (s *stripes) sum() uint64 {
-	var t uint64
-	for i := range s.s {
-		t += s.s[i].n.Load()
-	}
-	return t
-}
 
 // lane is one core's cache line of a time window: its fast successes, and
 // the failures it may still count without a check (see timeWindow).
@@ -73,12 +31,21 @@ type lane struct {
 	_       [cacheLine - 24]byte
 }
 
-// newLanes returns one lane per P (rounded up to a power of two) and the
-// mask that picks a P's lane.
+// newLanes returns one lane per P (see laneCount) and the mask that picks a
+// P's lane.
 func newLanes() ([]lane, int) {
+	n := laneCount()
+	return make([]lane, n), n - 1
+}
+
+// laneCount is the number of per-core lanes a window keeps: GOMAXPROCS
+// rounded up to a power of two, so that a P's lane is its index masked. If
+// GOMAXPROCS grew since a window was made, two Ps may share a lane: still
+// correct, only slower.
+func laneCount() int {
 	n := 1
 	for n < runtime.GOMAXPROCS(0) {
 		n <<= 1
 	}
-	return make([]lane, n), n - 1
+	return n
 }
