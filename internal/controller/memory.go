@@ -22,8 +22,6 @@ type memory struct {
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
-	// chain is its last preflight verdict (preflight.go).
-	chain *chainMemo
 }
 
 // version is a breaker's resourceVersion after this controller's last
@@ -75,6 +73,7 @@ func (r *Reconciler) forget(breaker string) {
 	r.Metrics.Forget(breaker)
 	r.Decisions.Forget(breaker)
 	r.Targets.Forget(breaker)
+	r.chains.Forget(breaker)
 	r.memory.update(breaker, func(m *memory) { *m = memory{} })
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
+	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
 
 const (
@@ -93,8 +94,8 @@ type Reconciler struct {
 	// configs is what it remembers of each target configuration: its
 	// write lock, and its own last write to it (memory.go).
 	configs sync.Map // kind/name -> *configMemory
-	// chains are the watched configurations' webhooks, for the preflight.
-	chains watchedHooks
+	// chains judges each breaker's Preflight on the watched configurations.
+	chains webhookchain.Watched
 }
 
 // TargetSource serves reads of target configurations from their watches;
@@ -110,12 +111,8 @@ type TargetSource interface {
 	// Listing reports whether the configuration's watch runs but has not
 	// listed it yet; when it has, it names its users as changed.
 	Listing(kind v1alpha1.TargetKind, name string) bool
-	// Generation changes whenever a watched configuration does (0: there
-	// are no watches).
-	Generation() uint64
-	// Each calls fn with every watched configuration listed; fn must
-	// neither change nor keep it.
-	Each(fn func(client.Object))
+	// Generation and Each serve the preflight (webhookchain.Source).
+	webhookchain.Source
 }
 
 // AuditQueue takes requests for the audits of a breaker's closed windows;
