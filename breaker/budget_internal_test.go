@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -87,4 +88,68 @@ func TestFarCountFailuresStayOnTheirCore(t *testing.T) {
 		t.Fatalf("%d of %d failures took the window's mutex, want under 10 %%", locked, failures)
 	}
 	t.Logf("%d of %d failures took the mutex", locked, failures)
+}
+
+// roomByLoop is room[s] as fillRoom's general loop finds it, one failure at
+// a time, for any ring: the reference for fillRoomFull.
+func roomByLoop(w *countWindow, limit int64) [roomLen]int64 {
+	n, size := w.tot.calls, int64(len(w.ring))
+	full := w.mostFailures(size)
+	oldest := (int64(w.pos) - n + size) % size
+	var room [roomLen]int64
+	var gone, goneFailures, f int64
+	for i := range int64(roomLen) {
+		s := i * roomStep
+		for f < limit {
+			q := s + f + 1
+			for target := min(max(n+q-size, 0), n); gone < target; gone++ {
+				if w.ring[(oldest+gone)%size]&outcomeFailure != 0 {
+					goneFailures++
+				}
+			}
+			calls, most := min(n+q, size), full
+			if calls < size {
+				most = w.mostFailures(calls)
+			}
+			if w.tot.failures-goneFailures+f+1 > most {
+				break
+			}
+			f++
+		}
+		room[i] = f
+	}
+	return room
+}
+
+// A full ring's room, from where its successes are, is the room the loop
+// over one more failure at a time finds, for rings of any size, failure
+// rate, threshold and place of the oldest outcome.
+func TestFillRoomFullMatchesTheLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for round := range 5000 {
+		size := 1 + r.IntN(300)
+		if round%5 == 0 {
+			size = 1 + r.IntN(8)
+		}
+		c := Config{WindowSize: size, MinimumNumberOfCalls: 1 + r.IntN(size), FailureRateThreshold: float64(1 + r.IntN(100))}
+		lanes := 2 + r.IntN(3)
+		w := newCountWindowLanes(&c, true, lanes)
+		rate := r.Float64()
+		for range size + r.IntN(2*size) {
+			o := outcomePresent
+			if r.Float64() < rate {
+				o |= outcomeFailure
+			}
+			w.push(o)
+		}
+		w.warm.Store(true)
+		limit := min(int64(lanes)*laneLog, 0xffff)
+		want := roomByLoop(w, limit)
+		w.fillRoom()
+		for i := range int64(roomLen) {
+			if got := w.roomAt(uint64(i * roomStep)); int64(got) != want[i] {
+				t.Fatalf("round %d (size %d, %d failures, threshold %v, pos %d): room at %d successes = %d, want %d", round, size, w.tot.failures, c.FailureRateThreshold, w.pos, i*roomStep, got, want[i])
+			}
+		}
+	}
 }

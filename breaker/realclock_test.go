@@ -89,14 +89,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) time.Duration {
 }
 
 // pollAllow calls Allow every 20 ms, as a client retrying against an open
-// circuit does, until a call is admitted; it returns the permit and when.
+// circuit does, until a call is admitted; it returns the permit and when
+// the call that admitted it began (anything it changed, it changed after).
 func pollAllow(t *testing.T, b *breaker.Breaker) (breaker.Permit, time.Time) {
 	t.Helper()
 	start := time.Now()
 	for {
+		tried := time.Now()
 		p, err := b.Allow()
 		if err == nil {
-			return p, time.Now()
+			return p, tried
 		}
 		if !errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("Allow: %v", err)
@@ -132,8 +134,8 @@ func realOpensAfterRefresherStopped(t *testing.T) {
 	}
 	opened := time.Now()
 	waitUntil(t, "refresher stopped while the circuit is open and unused", func() bool { return !coarseRunning() })
-	p, at := pollAllow(t, b)
-	if at.Sub(opened) < 3*time.Second {
+	p, _ := pollAllow(t, b)
+	if at := time.Now(); at.Sub(opened) < 3*time.Second { // the last failure opened it before opened was read
 		t.Fatalf("admitted %v after opening, before the 3s wait", at.Sub(opened))
 	}
 	if s := b.State(); s != breaker.HalfOpen {
@@ -150,10 +152,10 @@ func realOpensAfterRefresherStopped(t *testing.T) {
 
 func realManualOpen(t *testing.T) {
 	b := accountAccess(t, 300*time.Millisecond)
+	opened := time.Now() // before Open, after the admission: a difference that can only exceed the wait
 	b.Open()
-	opened := time.Now()
-	p, at := pollAllow(t, b)
-	if at.Sub(opened) < 300*time.Millisecond {
+	p, _ := pollAllow(t, b)
+	if at := time.Now(); at.Sub(opened) < 300*time.Millisecond {
 		t.Fatalf("admitted %v after Open, before the 300ms wait", at.Sub(opened))
 	}
 	p.Done(breaker.Success)
@@ -189,8 +191,7 @@ func realHalfOpenMaxWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Open()
-	held, _ := pollAllow(t, b) // a trial that never completes
-	halfOpened := time.Now()
+	held, halfOpened := pollAllow(t, b) // a trial that never completes; HALF_OPEN began during the call that admitted it
 	waitUntil(t, "HALF_OPEN gives up after its max wait", func() bool { return b.State() == breaker.Open })
 	if d := time.Since(halfOpened); d < 300*time.Millisecond {
 		t.Fatalf("back to OPEN %v after HALF_OPEN, before the max wait", d)

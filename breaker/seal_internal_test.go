@@ -7,17 +7,17 @@ import (
 	"unsafe"
 )
 
-// fillLogs gives each of w's lanes a sorted log of up to laneLog failures
-// (all of them if full),
+// fillLogs gives each of w's lanes a sorted log of up to laneLog−1
+// failures, what a sync reads of a log (all of them if full),
 // each having seen at most maxSeen successes since the last sync, with many
 // ties across lanes, and counts maxSeen successes on lane 0.
 func fillLogs(w *countWindow, r *rand.Rand, maxSeen uint64, full bool) {
 	w.lanes[0].good.Add(maxSeen)
 	for i := range w.lanes {
 		l := &w.lanes[i]
-		n := r.IntN(laneLog + 1)
+		n := r.IntN(laneLog)
 		if full {
-			n = laneLog
+			n = laneLog - 1
 		}
 		seen := make([]uint64, n)
 		for k := range seen {
@@ -25,8 +25,7 @@ func fillLogs(w *countWindow, r *rand.Rand, maxSeen uint64, full bool) {
 		}
 		slices.Sort(seen)
 		for k, s := range seen {
-			e := &l.seen[k/2]
-			e.Store(e.Load()&^(0xffff<<(16*(k%2))) | uint32(s)<<(16*(k%2)))
+			l.seen[k] = uint16(s)
 		}
 		l.word.Store(l.word.Load() + uint64(n))
 	}
@@ -52,7 +51,7 @@ func TestSealMergesLanesInOrder(t *testing.T) {
 			for i := range w.lanes {
 				n := uint32(w.lanes[i].word.Load())
 				for k := range n {
-					all = append(all, entry{uint64(w.lanes[i].seen[k/2].Load() >> (16 * (k % 2)) & 0xffff), i})
+					all = append(all, entry{uint64(w.lanes[i].seen[k]), i})
 				}
 			}
 			slices.SortStableFunc(all, func(a, b entry) int {
