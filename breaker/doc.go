@@ -44,8 +44,11 @@
 // the failures that keep every window on the way clearly below the
 // threshold in any order (the worst case: the oldest calls leave and the
 // new failures stay), a number that grows with the successes counted since
-// they were granted. Such a failure reads every core's success counter but
-// writes only its own line. With one P every COUNT_BASED failure takes the
+// they were granted; and once the calls since then fill the window, a core
+// keeps counting for as long as its failures stay spread among successes
+// (its part of the failures a window may hold, and one more, always span
+// enough successes that no window reaches the threshold). Such a failure
+// reads every core's success counter but writes only its own lines. With one P every COUNT_BASED failure takes the
 // window's mutex, uncontended. A success that may complete the minimum, or
 // the first after a TIME_BASED window moved to a new second, is checked
 // like a failure.
@@ -57,8 +60,8 @@
 // core's failure budget runs out, and its memory is 32 bytes per second
 // that had calls plus one cache line per core, so a failure's cost does not
 // depend on the window's length. A COUNT_BASED window holds a byte per call
-// of its size plus three cache lines per core (successes, and the log of
-// the failures a core counted since the window last took its mutex).
+// of its size plus five cache lines per core (successes, and a ring of the
+// last 122 failures a core counted since the window last took its mutex).
 //
 // Every deadline (the open wait, the half-open maximum wait, the window's
 // seconds) is compared with a clock that the caller itself keeps current:
