@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strconv"
@@ -205,7 +204,7 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 			rcancel()
 		}
 	})
-	req, uid, err := newRequest(rctx, t, ep.url, p.Requester)
+	req, body, uid, err := newRequest(rctx, t, ep.url, p.Requester)
 	if err != nil {
 		stopWatch()
 		rcancel()
@@ -213,24 +212,15 @@ func (p *HTTPProber) probeOne(ctx context.Context, t Target, ep endpoint) Result
 		return Result{Status: Unknown, Reason: err.Error()}
 	}
 	held := d.hold(rcancel)
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		GotConn:      func(httptrace.GotConnInfo) { held.gotConn.Store(true) },
-		WroteRequest: func(httptrace.WroteRequestInfo) { held.wrote.Store(true) },
-	}))
 	answered := make(chan answer, 1)
 	go func() {
 		defer func() { <-d.slot }()
 		defer d.release(held)
 		defer rcancel()
 		defer stopWatch()
-		resp, err := d.client.Do(req)
-		if err != nil {
-			answered <- answer{err: err}
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-		_ = resp.Body.Close()
-		answered <- answer{code: resp.StatusCode, body: body, err: err}
+		a, err := p.exchange(rctx, d, req, body, held)
+		a.err = err
+		answered <- a
 	}()
 	select {
 	case a := <-answered:
@@ -389,10 +379,11 @@ const holdTimeout = connectTimeout
 // flight.
 const slots = 2
 
-// destination is one probe destination's transport and its request slots.
+// destination is one probe destination's connections and its request
+// slots.
 type destination struct {
-	client *http.Client
-	t      *http.Transport
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	tls  *tls.Config
 	// slot holds a token per request in flight.
 	slot chan struct{}
 	// dialing counts this destination's dials waiting for the prober's
@@ -401,6 +392,7 @@ type destination struct {
 
 	mu     sync.Mutex
 	flight []*inflight // the requests in flight, oldest first
+	idle   []*conn     // kept-alive connections no request uses
 }
 
 // inflight is one request in flight.
@@ -537,27 +529,12 @@ func (p *HTTPProber) destination(ep endpoint) *destination {
 			return p.dial()(ctx, network, ep.dialAddr)
 		}
 	}
-	d := &destination{slot: make(chan struct{}, slots)}
-	tlsConfig := &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12}
-	t := &http.Transport{
-		// TCP and TLS within the prober's handshake limit; the transport
-		// runs the dial in the background, detached from the probe.
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return p.handshake(ctx, d, dial, tlsConfig, network, addr)
-		},
-		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1, like the API server's webhook client
-		Proxy:               nil,
-		MaxIdleConnsPerHost: slots,
-		// At most slots connections per destination, dialing or open (with
-		// the request slots, one request at a time uses each).
-		MaxConnsPerHost: slots,
-		IdleConnTimeout: 90 * time.Second,
-	}
-	d.t = t
-	d.client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	d := &destination{slot: make(chan struct{}, slots), dial: dial,
+		// HTTP/1.1 only, like the API server's webhook client.
+		tls: &tls.Config{RootCAs: ep.roots, ServerName: ep.serverName, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}}
 	if p.entries.Add(1) > maxTransports {
 		p.transports.Range(func(k, v any) bool {
-			v.(*destination).t.CloseIdleConnections()
+			v.(*destination).closeIdle()
 			p.transports.Delete(k)
 			return true
 		})
@@ -585,6 +562,13 @@ func (p *HTTPProber) handshake(ctx context.Context, d *destination, dial func(co
 		return nil, ctx.Err()
 	}
 	defer func() { <-p.handshakes }()
+	// Once begun, the dial and handshake are not cancelled with the request
+	// that asked for them: a probe that gives up (or a held request that is
+	// abandoned) leaves the connection, when it comes, to the next probe,
+	// so a webhook that never finishes TLS holds the destination's
+	// connections, not a new one per probe.
+	ctx, cancelDial := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	defer cancelDial()
 	raw, err := dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -708,28 +692,30 @@ func (p *HTTPProber) resolveNew(t Target) (endpoint, error) {
 	return ep, nil
 }
 
-func newRequest(ctx context.Context, t Target, target, requester string) (*http.Request, types.UID, error) {
+// newRequest builds t's probe request and returns its body (nil for a
+// GET), which each attempt sends afresh (see exchange).
+func newRequest(ctx context.Context, t Target, target, requester string) (*http.Request, []byte, types.UID, error) {
 	if t.Kind != v1alpha1.ProbeAdmissionReview {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			return nil, "", cannot("build probe request: %v", err)
+			return nil, nil, "", cannot("build probe request: %v", err)
 		}
-		return req, "", nil
+		return req, nil, "", nil
 	}
 	body, uid, err := probeReview(t.ReviewVersions, requester).Encode()
 	if err != nil {
-		return nil, "", cannot("%v", err)
+		return nil, nil, "", cannot("%v", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return nil, "", cannot("build probe request: %v", err)
+		return nil, nil, "", cannot("build probe request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	// A dry-run review has no side effects: let the transport resend it on a
-	// fresh connection when a pooled one turns out to be closed.
+	// A dry-run review has no side effects: it may be sent again on a fresh
+	// connection when a kept one turns out to be closed (see exchange).
 	req.Header["Idempotency-Key"] = []string{string(uid)}
-	return req, uid, nil
+	return req, body, uid, nil
 }
 
 // probeReview is a dry-run CREATE of a ConfigMap that exists nowhere: a

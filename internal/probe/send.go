@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -33,17 +32,21 @@ func (p *HTTPProber) Send(ctx context.Context, cc admissionregistrationv1.Webhoo
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := p.destination(ep).client.Do(req)
-	if err != nil {
-		return 0, nil, err
+	// Within the destination's slots, as a probe: a destination holds at
+	// most that many connections, whoever sends on them.
+	d := p.destination(ep)
+	select {
+	case d.slot <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil, fmt.Errorf("wait for a connection to the webhook: %w", context.Cause(ctx))
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	defer func() { <-d.slot }()
+	a, err := p.exchange(ctx, d, req, body, &inflight{})
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	if err != nil {
 		return 0, nil, err
 	}
-	return resp.StatusCode, data, nil
+	return a.code, a.body, nil
 }
