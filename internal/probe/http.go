@@ -631,56 +631,12 @@ func (p *HTTPProber) resolve(t Target) (endpoint, error) {
 }
 
 func (p *HTTPProber) resolveNew(t Target) (endpoint, error) {
-	cc := t.ClientConfig
 	var ep endpoint
-	var path string
-	switch {
-	case cc.URL != nil && cc.Service != nil:
-		return ep, cannot("clientConfig sets both url and service")
-	case cc.URL != nil:
-		u, err := url.Parse(*cc.URL)
-		if err != nil {
-			return ep, cannot("clientConfig.url is invalid: %v", err)
-		}
-		if u.Scheme != "https" {
-			return ep, cannot("clientConfig.url scheme %q is not https", u.Scheme)
-		}
-		if u.Hostname() == "" {
-			return ep, cannot("clientConfig.url has no host")
-		}
-		port := u.Port()
-		if port == "" {
-			port = "443"
-		}
-		ep.serverName, path = u.Hostname(), u.Path
-		ep.url = "https://" + net.JoinHostPort(u.Hostname(), port)
-	case cc.Service != nil:
-		s := cc.Service
-		if s.Name == "" || s.Namespace == "" {
-			return ep, cannot("clientConfig.service needs name and namespace")
-		}
-		port := int32(443)
-		if s.Port != nil {
-			port = *s.Port
-		}
-		if port < 1 || port > 65535 {
-			return ep, cannot("clientConfig.service.port %d is out of range", port)
-		}
-		ep.serverName = s.Name + "." + s.Namespace + ".svc"
-		ep.url = "https://" + net.JoinHostPort(ep.serverName, strconv.Itoa(int(port)))
-		if s.Path != nil {
-			path = *s.Path
-		}
-	default:
-		return ep, cannot("clientConfig has neither url nor service")
+	var err error
+	if ep.url, ep.serverName, err = locate(t); err != nil {
+		return ep, err
 	}
-	if t.Kind != v1alpha1.ProbeAdmissionReview {
-		path = t.HealthPath
-	}
-	if path == "" {
-		path = "/"
-	}
-	ep.url += path
+	cc := t.ClientConfig
 	if len(cc.CABundle) > 0 {
 		ep.caBundle = sha256.Sum256(cc.CABundle)
 		if ep.roots = p.pool(ep.caBundle, cc.CABundle); ep.roots == nil {
@@ -690,6 +646,61 @@ func (p *HTTPProber) resolveNew(t Target) (endpoint, error) {
 		ep.roots = p.RootCAs // nil: crypto/tls uses the system roots
 	}
 	return ep, nil
+}
+
+// locate is where a probe of t goes, as the API server would call the
+// webhook: its URL, with the path the probe asks for (the health path for
+// HTTPGet, the webhook's own for AdmissionReview), and the TLS server name.
+func locate(t Target) (target, serverName string, err error) {
+	cc := t.ClientConfig
+	var path string
+	switch {
+	case cc.URL != nil && cc.Service != nil:
+		return "", "", cannot("clientConfig sets both url and service")
+	case cc.URL != nil:
+		u, err := url.Parse(*cc.URL)
+		if err != nil {
+			return "", "", cannot("clientConfig.url is invalid: %v", err)
+		}
+		if u.Scheme != "https" {
+			return "", "", cannot("clientConfig.url scheme %q is not https", u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return "", "", cannot("clientConfig.url has no host")
+		}
+		port := u.Port()
+		if port == "" {
+			port = "443"
+		}
+		serverName, path = u.Hostname(), u.Path
+		target = "https://" + net.JoinHostPort(u.Hostname(), port)
+	case cc.Service != nil:
+		s := cc.Service
+		if s.Name == "" || s.Namespace == "" {
+			return "", "", cannot("clientConfig.service needs name and namespace")
+		}
+		port := int32(443)
+		if s.Port != nil {
+			port = *s.Port
+		}
+		if port < 1 || port > 65535 {
+			return "", "", cannot("clientConfig.service.port %d is out of range", port)
+		}
+		serverName = s.Name + "." + s.Namespace + ".svc"
+		target = "https://" + net.JoinHostPort(serverName, strconv.Itoa(int(port)))
+		if s.Path != nil {
+			path = *s.Path
+		}
+	default:
+		return "", "", cannot("clientConfig has neither url nor service")
+	}
+	if t.Kind != v1alpha1.ProbeAdmissionReview {
+		path = t.HealthPath
+	}
+	if path == "" {
+		path = "/"
+	}
+	return target + path, serverName, nil
 }
 
 // newRequest builds t's probe request and returns its body (nil for a

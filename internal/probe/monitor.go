@@ -1,13 +1,17 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
 
 // Settings are one monitored webhook's probe settings.
@@ -18,53 +22,11 @@ type Settings struct {
 	SuccessThreshold int32
 }
 
-// Verdict is what a webhook's consecutive probe results say against the
-// breaker's thresholds.
-type Verdict string
-
-// Verdicts.
-const (
-	// VerdictPending: neither count has reached its threshold.
-	VerdictPending Verdict = "Pending"
-	// VerdictUnhealthy: failureThreshold consecutive probes failed.
-	VerdictUnhealthy Verdict = "Unhealthy"
-	// VerdictHealthy: successThreshold consecutive probes succeeded.
-	VerdictHealthy Verdict = "Healthy"
-)
-
-// Observation is a monitor's current view of one webhook. The consecutive
-// counts saturate at their thresholds: beyond that they change no decision.
-type Observation struct {
-	// Verdict is the counts against the thresholds: the one place a probe
-	// count becomes "down" or "up". Empty before the first probe (Pending).
-	Verdict              Verdict
-	ConsecutiveFailures  int32
-	ConsecutiveSuccesses int32
-	// Last is the most recent result; its Status is empty before the first probe.
-	Last Result
-	// Late: the last lateRun probes each started more than half an interval
-	// late, so probes cannot keep their interval (too many breakers for the
-	// CPU): every loop's ticks are stretched alike, circuits still open and
-	// close, only later. It clears after lateRun probes on time.
-	Late bool
-	// Starved: a probe was discarded, within the last starvedHold, because
-	// the controller could not run long enough to judge its timeout. While
-	// starved, explicit failures (refused, reset, TLS, 5xx) and the API
-	// server signal count as always; timeouts only once confirmed.
-	Starved bool
-	// HealthySince is when the verdict last became Healthy; zero while it
-	// is not (a half-open trial waits for the probes to have been healthy
-	// this long, and the counts saturate at the threshold).
-	HealthySince time.Time
-	// late and onTime count consecutive late and punctual probes.
-	late, onTime int
-	// starvedAt is when the last probe was discarded as starved.
-	starvedAt time.Time
+// StallMeter says how long the process could not run in a span of time;
+// *stall.Watch implements it.
+type StallMeter interface {
+	Stalled(from, to time.Time) time.Duration
 }
-
-// starvedHold is how long Starved holds after the last starved probe: the
-// report changes at most once a minute or so, not with every probe.
-const starvedHold = time.Minute
 
 // starvedShare: a timeout is discarded when the controller could not run
 // for at least this share of the probe's timeout. A healthy controller
@@ -76,21 +38,25 @@ const starvedShare = 4
 // timeout: below it, scheduling noise.
 const minStarved = 20 * time.Millisecond
 
-// StallMeter says how long the process could not run in a span of time;
-// *stall.Watch implements it.
-type StallMeter interface {
-	Stalled(from, to time.Time) time.Duration
-}
-
-// lateRun is how many consecutive late (or punctual) probes change Late: a
-// single hiccup, such as a garbage collection, says nothing.
-const lateRun = 3
-
-// Monitor probes each registered webhook from its own goroutine, at its own
-// interval with jitter, and calls notify after every probe, saying what the
-// probe changed (see Compare). It is a
-// controller-runtime Runnable: loops run only while Start's context lives,
-// which under leader election means only while this replica leads.
+// Monitor probes every registered webhook at its interval and calls notify
+// after every probe, saying what the probe changed (see Compare).
+//
+// One scheduler serves every webhook: a heap of next-probe times, on one
+// timer, run by Start's own goroutine; each probe runs in a goroutine of
+// its own that ends with it, so a steady monitor holds no goroutine per
+// webhook. Webhooks whose probes would be the same request, judged the
+// same way (the same destination, path, trust, kind, timeout and interval:
+// the webhooks of one Service probed on its health path, say), share each
+// probe: one request, whose result each folds into its own observation
+// against its own thresholds. Each group keeps a ticker's schedule: a
+// random first probe within an interval (breakers created together, or all
+// of them after a start or failover, would otherwise probe in lockstep),
+// then one per interval, a tick missed while a probe ran taken at once and
+// the others dropped.
+//
+// It is a controller-runtime Runnable: probes run only while Start's
+// context lives, which under leader election means only while this replica
+// leads.
 type Monitor struct {
 	prober Prober
 	notify func(key string, r Result, c Change)
@@ -103,16 +69,63 @@ type Monitor struct {
 	// Observation.Starved). The HTTPProber confirms the rest itself.
 	Stalls StallMeter
 
-	mu    sync.Mutex
-	ctx   context.Context // nil until Start
-	loops map[string]*loop
+	mu      sync.Mutex
+	ctx     context.Context // nil until Start
+	members map[string]*member
+	groups  map[probeKey]*group
+	due     dueHeap       // groups waiting for their next probe, soonest first
+	wake    chan struct{} // the soonest probe changed
+	// launches counts the probes started: a member that joined its group
+	// after a probe started gets none of that probe.
+	launches uint64
+	groupIDs uint64
 }
 
-type loop struct {
+// member is one monitored webhook (one key).
+type member struct {
+	key      string
 	settings Settings
 	obs      Observation
-	cancel   context.CancelFunc // nil until running
-	done     chan struct{}      // closed when the running goroutine has exited
+	group    *group
+	joined   uint64 // Monitor.launches when it joined its group
+	// stopped is set by Stop: a result being delivered is not delivered to it.
+	stopped atomic.Bool
+}
+
+// group is the members that share probes, and their schedule.
+type group struct {
+	key    probeKey
+	target Target // Key names the group (see HTTPProber's held requests)
+	every  time.Duration
+	// members, in the order they joined.
+	members []*member
+	// tick is the next tick of the group's ticker; index is its place in
+	// Monitor.due, -1 when not there (probing, or the monitor not running).
+	tick  time.Time
+	index int
+	// run is the probe in flight, if any.
+	run *run
+	// prevStart is when the last probe began (its next one's lag); only
+	// the group's probe goroutine, one at a time, uses it.
+	prevStart time.Time
+	// deliver is held while a probe's result is delivered: Stop waits for
+	// it, so that nothing is delivered to a key once Stop returned.
+	deliver sync.Mutex
+	// out is the deliveries of the last probe (reused).
+	out []delivery
+}
+
+type delivery struct {
+	m      *member
+	change Change
+}
+
+// run is one probe in flight.
+type run struct {
+	seq    uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed once its result is delivered or dropped
 }
 
 // NewMonitor returns a monitor using prober. notify is called after every
@@ -121,167 +134,136 @@ type loop struct {
 // webhooks as for none, and one that serves DecisionChange first opens and
 // closes circuits first when every webhook fails at once.
 func NewMonitor(prober Prober, clk clock.WithTicker, notify func(key string, r Result, c Change)) *Monitor {
-	return &Monitor{prober: prober, notify: notify, clock: clk, loops: map[string]*loop{}}
-}
-
-// Start runs the monitor until ctx ends, then stops every loop.
-func (m *Monitor) Start(ctx context.Context) error {
-	m.mu.Lock()
-	m.ctx = ctx
-	for key, l := range m.loops {
-		m.run(key, l)
-	}
-	m.mu.Unlock()
-	<-ctx.Done()
-	m.mu.Lock()
-	m.ctx = nil
-	for _, l := range m.loops {
-		l.cancel = nil
-	}
-	m.mu.Unlock()
-	return nil
+	return &Monitor{prober: prober, notify: notify, clock: clk, members: map[string]*member{},
+		groups: map[probeKey]*group{}, wake: make(chan struct{}, 1)}
 }
 
 // NeedLeaderElection keeps probing on the leader only.
 func (m *Monitor) NeedLeaderElection() bool { return true }
 
-// Ensure starts probing key with s, or updates a running loop's settings. A
-// changed interval restarts the loop; other changes apply at the next probe.
+// Ensure starts probing key with s, or updates its settings. A change that
+// makes its probe another request (or another interval) moves it to that
+// probe's schedule; new thresholds judge the counts at once.
 func (m *Monitor) Ensure(key string, s Settings) {
+	gk := keyOf(key, s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.loops[key]
+	mem, ok := m.members[key]
 	if !ok {
-		l = &loop{settings: s}
-		m.loops[key] = l
-		m.run(key, l)
+		mem = &member{key: key}
+		m.members[key] = mem
+	}
+	mem.settings = s
+	if mem.obs.Last.Status != "" {
+		mem.obs.Verdict = verdictOf(mem.obs, s)
+	}
+	if mem.group != nil && mem.group.key == gk {
 		return
 	}
-	restart := l.settings.Interval != s.Interval && l.cancel != nil
-	l.settings = s
-	if l.obs.Last.Status != "" {
-		// New thresholds judge the counts at once, not at the next probe.
-		l.obs.Verdict = verdictOf(l.obs, s)
+	if mem.group != nil {
+		m.leave(mem)
 	}
-	if restart {
-		l.cancel()
-		l.cancel = nil
-		m.run(key, l)
+	g, ok := m.groups[gk]
+	if !ok {
+		m.groupIDs++
+		// A zero interval is a settings bug: probe once a second, not in a loop.
+		g = &group{key: gk, target: s.Target, every: cmp.Or(max(s.Interval, 0), time.Second), index: -1}
+		g.target.Key = fmt.Sprintf("probe-%d", m.groupIDs)
+		m.groups[gk] = g
+		if m.ctx != nil {
+			m.schedule(g, m.spread(g))
+		}
 	}
+	mem.group, mem.joined = g, m.launches
+	g.members = append(g.members, mem)
 }
 
-// Stop stops probing key and forgets its observation. When it returns, key's
-// loop has exited: no probe of key runs or starts afterwards, and the result
-// of one that was in flight (cancelled through its context) is never
-// recorded or delivered.
+// Stop stops probing key and forgets its observation. When it returns, no
+// result is delivered for key any more, and a probe that only key needed
+// has been cancelled and has returned.
 func (m *Monitor) Stop(key string) {
 	m.mu.Lock()
-	var done chan struct{}
-	if l, ok := m.loops[key]; ok {
-		if l.cancel != nil {
-			l.cancel()
-			done = l.done
-		}
-		delete(m.loops, key)
+	mem, ok := m.members[key]
+	if !ok {
+		m.mu.Unlock()
+		return
 	}
+	delete(m.members, key)
+	mem.stopped.Store(true)
+	g := mem.group
+	r := m.leave(mem)
 	m.mu.Unlock()
-	if done != nil {
-		<-done
+	if r != nil {
+		<-r.done
 	}
+	// A barrier: a delivery under way ends first; later ones skip mem.
+	g.deliver.Lock()
+	//lint:ignore SA2001 the lock is the wait
+	g.deliver.Unlock()
+}
+
+// leave takes mem out of its group; a group left empty is dropped and its
+// probe cancelled (returned, for the caller to wait for). Callers hold m.mu.
+func (m *Monitor) leave(mem *member) *run {
+	g := mem.group
+	mem.group = nil
+	for i, o := range g.members {
+		if o == mem {
+			g.members = append(g.members[:i], g.members[i+1:]...)
+			break
+		}
+	}
+	if len(g.members) > 0 {
+		return nil
+	}
+	delete(m.groups, g.key)
+	if g.index >= 0 {
+		m.due.remove(g)
+	}
+	if g.run != nil {
+		g.run.cancel()
+		return g.run
+	}
+	return nil
 }
 
 // Observe returns key's current observation; false if key is not monitored.
 func (m *Monitor) Observe(key string) (Observation, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.loops[key]
+	mem, ok := m.members[key]
 	if !ok {
 		return Observation{}, false
 	}
-	return l.obs, true
+	return mem.obs, true
 }
 
-// run starts l's goroutine if the monitor is running. Callers hold m.mu.
-func (m *Monitor) run(key string, l *loop) {
-	if m.ctx == nil || l.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(m.ctx)
-	l.cancel = cancel
-	l.done = make(chan struct{})
-	go func(done chan struct{}, interval time.Duration) {
-		defer close(done)
-		m.probeLoop(ctx, key, l, interval)
-	}(l.done, l.settings.Interval)
+// probeKey is what makes two members' probes one: the request (where it
+// goes, its path, its trust, its kind and body's versions, the endpoints it
+// covers), its timeout and its interval. A target that cannot be located is
+// probed alone (its own key): it is reported Unknown, with its own reason.
+type probeKey struct {
+	url, serverName, caBundle string
+	kind                      string
+	reviewVersions            string
+	endpoints, endpointsErr   string
+	endpointMode              bool
+	timeout, interval         time.Duration
+	alone                     string
 }
 
-func (m *Monitor) probeLoop(ctx context.Context, key string, l *loop, interval time.Duration) {
-	// Spread the first probes over an interval: breakers created together,
-	// or all of them after a start or a failover, would otherwise probe in
-	// lockstep, and all open their connections at once.
-	if !m.sleep(ctx, time.Duration(rand.Int64N(int64(interval)+1))) {
-		return
+func keyOf(key string, s Settings) probeKey {
+	t := s.Target
+	k := probeKey{caBundle: string(t.ClientConfig.CABundle), kind: string(t.Kind), timeout: t.Timeout, interval: s.Interval,
+		endpointMode: t.EndpointMode, endpoints: strings.Join(t.Endpoints, ","), endpointsErr: t.EndpointsErr}
+	if t.Kind == v1alpha1.ProbeAdmissionReview {
+		k.reviewVersions = strings.Join(t.ReviewVersions, ",")
 	}
-	ticker := m.clock.NewTicker(interval)
-	defer ticker.Stop()
-	var prevStart time.Time
-	for {
-		m.mu.Lock()
-		if ctx.Err() != nil { // stopped while waiting for the tick
-			m.mu.Unlock()
-			return
-		}
-		s := l.settings
-		m.mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, s.Target.Timeout)
-		start := m.clock.Now()
-		lag := time.Duration(0)
-		if !prevStart.IsZero() {
-			lag = max(start.Sub(prevStart)-interval, 0)
-		}
-		prevStart = start
-		wallStart := time.Now() // the stall meter's clock, whatever m.clock is
-		tgt := s.Target
-		tgt.Key = key
-		r := m.prober.Probe(pctx, tgt)
-		cancel()
-		r = m.judgeStall(r, wallStart, time.Now(), s.Target.Timeout)
-		if r.Latency == 0 {
-			r.Latency = m.clock.Since(start)
-		}
-		r.Lag = lag
-		m.mu.Lock()
-		// Stop and Ensure cancel under m.mu, so this check cannot race them: a
-		// loop stopped mid-probe never records its result.
-		if ctx.Err() != nil {
-			m.mu.Unlock()
-			return
-		}
-		prev := l.obs
-		l.obs = observe(l.obs, r, s)
-		l.obs = lateness(l.obs, r.Lag, interval)
-		l.obs = starvation(l.obs, r, m.clock.Now())
-		l.obs = healthySince(prev, l.obs, m.clock.Now())
-		change := Compare(prev, l.obs)
-		m.mu.Unlock()
-		m.notify(key, r, change)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
+	var err error
+	if k.url, k.serverName, err = locate(t); err != nil {
+		k.alone = key
 	}
-}
-
-func (m *Monitor) sleep(ctx context.Context, d time.Duration) bool {
-	t := m.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return k
 }
 
 // judgeStall discards an unconfirmed timeout the controller caused: it
@@ -302,117 +284,4 @@ func (m *Monitor) judgeStall(r Result, from, to time.Time, timeout time.Duration
 	r.Reason = fmt.Sprintf("%s, but the controller could not run for %s of it (CPU-throttled, paused or starved): not counted",
 		r.Reason, lost.Round(time.Millisecond))
 	return r
-}
-
-// starvation folds one result into an observation's Starved.
-func starvation(o Observation, r Result, now time.Time) Observation {
-	if r.Discard == DiscardStarved {
-		o.starvedAt = now
-	}
-	o.Starved = !o.starvedAt.IsZero() && now.Sub(o.starvedAt) < starvedHold
-	return o
-}
-
-// healthySince keeps when the verdict became Healthy.
-func healthySince(prev, o Observation, now time.Time) Observation {
-	switch {
-	case o.Verdict != VerdictHealthy:
-		o.HealthySince = time.Time{}
-	case prev.Verdict != VerdictHealthy || o.HealthySince.IsZero():
-		o.HealthySince = now
-	}
-	return o
-}
-
-// lateness folds one probe's lag into an observation's Late.
-func lateness(o Observation, lag, interval time.Duration) Observation {
-	if lag > interval/2 {
-		o.late, o.onTime = o.late+1, 0
-	} else {
-		o.late, o.onTime = 0, o.onTime+1
-	}
-	switch {
-	case o.late >= lateRun:
-		o.Late = true
-	case o.onTime >= lateRun:
-		o.Late = false
-	}
-	return o
-}
-
-// observe folds one result into an observation.
-func observe(o Observation, r Result, s Settings) Observation {
-	o.Last = r
-	switch r.Status {
-	case Healthy:
-		o.ConsecutiveFailures = 0
-		o.ConsecutiveSuccesses = min(o.ConsecutiveSuccesses+1, s.SuccessThreshold)
-	case Unhealthy:
-		o.ConsecutiveSuccesses = 0
-		o.ConsecutiveFailures = min(o.ConsecutiveFailures+1, s.FailureThreshold)
-	case Discarded:
-		// Neither evidence of health nor of its absence: the counts stand.
-	default:
-		// Unknown says nothing about health in either direction.
-		o.ConsecutiveFailures, o.ConsecutiveSuccesses = 0, 0
-	}
-	o.Verdict = verdictOf(o, s)
-	return o
-}
-
-// verdictOf adds the counts up against the thresholds. A threshold under
-// one is a settings bug, never a verdict.
-func verdictOf(o Observation, s Settings) Verdict {
-	switch {
-	case s.FailureThreshold > 0 && o.ConsecutiveFailures >= s.FailureThreshold:
-		return VerdictUnhealthy
-	case s.SuccessThreshold > 0 && o.ConsecutiveSuccesses >= s.SuccessThreshold:
-		return VerdictHealthy
-	}
-	return VerdictPending
-}
-
-// Change is how much one probe changed an observation, for a caller that
-// decides on observations and reports them.
-type Change int
-
-// Changes, from least to most.
-const (
-	// Unchanged: at most a count moved below its threshold.
-	Unchanged Change = iota
-	// ReportChange: something a report shows changed, but nothing a decision
-	// to write acts on: a verdict falling back to Pending (one failed probe
-	// of a healthy webhook), the webhook becoming or ceasing to be
-	// unprobeable (which blocks writes, never makes one), the endpoint
-	// counts, or whether probes keep their interval. A first probe that
-	// reaches no verdict is no change: the report waits for the verdict (a
-	// thousand new breakers would otherwise cost a thousand status writes
-	// more).
-	ReportChange
-	// DecisionChange: the verdict reached a threshold (Unhealthy or
-	// Healthy), which is what opens and closes circuits.
-	DecisionChange
-)
-
-// Compare says how much next differs from prev. Probes that only move a
-// count below its threshold change nothing; a status shows the counts as of
-// the last report.
-func Compare(prev, next Observation) Change {
-	verdict := func(o Observation) Verdict {
-		if o.Verdict == "" {
-			return VerdictPending // before the first probe
-		}
-		return o.Verdict
-	}
-	pv, nv := verdict(prev), verdict(next)
-	if pv != nv && nv != VerdictPending {
-		return DecisionChange
-	}
-	p, n := prev.Last, next.Last
-	unknown := func(r Result) bool { return r.Status == Unknown }
-	if pv != nv || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
-		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late || prev.Starved != next.Starved {
-		return ReportChange
-	}
-	return Unchanged
 }

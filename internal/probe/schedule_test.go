@@ -1,0 +1,317 @@
+package probe_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
+)
+
+// requests is a prober that records every probe it is asked for.
+type requests struct {
+	mu     sync.Mutex
+	status probe.Status
+	got    []probe.Target
+}
+
+func (r *requests) Probe(_ context.Context, t probe.Target) probe.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, t)
+	return probe.Result{Status: r.status, Reason: "scripted"}
+}
+
+// webhookAt is the settings of a URL webhook at path, probed on /healthz
+// (HTTPGet) unless kind says otherwise.
+func webhookAt(url string, kind v1alpha1.ProbeKind, failures int32) probe.Settings {
+	return probe.Settings{
+		Target: probe.Target{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url), CABundle: []byte("ca")},
+			Kind: kind, HealthPath: "/healthz", Timeout: 250 * time.Millisecond, ReviewVersions: []string{"v1"}},
+		Interval: time.Second, FailureThreshold: failures, SuccessThreshold: 2,
+	}
+}
+
+// waitProbes steps the fake clock an interval at a time until every key
+// has been notified at least n times more.
+func (h *harness) waitProbes(n int, keys ...string) {
+	h.t.Helper()
+	seen := map[string]int{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		done := true
+		for _, k := range keys {
+			done = done && seen[k] >= n
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("probes seen %v, want %d of each of %v", seen, n, keys)
+		}
+		h.clk.Step(time.Second)
+		for drained := false; !drained; {
+			select {
+			case k := <-h.probed:
+				seen[k]++
+			case <-time.After(5 * time.Millisecond):
+				drained = true
+			}
+		}
+	}
+}
+
+// Webhooks of one Service probed on its health path are one request: the
+// monitor sends it once per interval for all of them, and each judges the
+// shared result against its own thresholds.
+func TestWebhooksOfOneDestinationShareEachProbe(t *testing.T) {
+	p := &requests{status: probe.Unhealthy}
+	h := start(t, p)
+	h.mon.Ensure("a", webhookAt("https://hooks.example:8443/mutate-pods", v1alpha1.ProbeHTTPGet, 2))
+	h.mon.Ensure("b", webhookAt("https://hooks.example:8443/mutate-deployments", v1alpha1.ProbeHTTPGet, 5))
+	h.waitProbes(5, "a", "b")
+	a, _ := h.mon.Observe("a")
+	b, _ := h.mon.Observe("b")
+	if a.Verdict != probe.VerdictUnhealthy || b.Verdict != probe.VerdictUnhealthy || a.ConsecutiveFailures != 2 || b.ConsecutiveFailures != 5 {
+		t.Fatalf("after 5 shared failures: a %s (%d of 2), b %s (%d of 5); want both Unhealthy at their own thresholds",
+			a.Verdict, a.ConsecutiveFailures, b.Verdict, b.ConsecutiveFailures)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := map[string]bool{}
+	for _, tgt := range p.got {
+		keys[tgt.Key] = true
+	}
+	// Each probe served both: the prober saw one request per probe either
+	// saw (at most one more, in flight while the test counted).
+	if len(keys) != 1 || len(p.got) > 6 {
+		t.Fatalf("%d requests under %d keys for two webhooks that are one request; want one key, at most 6 requests", len(p.got), len(keys))
+	}
+}
+
+// Anything that makes the request or its judgement differ keeps probes
+// apart: another port, another trust, another kind, another timeout or
+// interval; an AdmissionReview probe goes to each webhook's own path.
+func TestProbesThatDifferAreNotShared(t *testing.T) {
+	base := webhookAt("https://hooks.example:8443/a", v1alpha1.ProbeHTTPGet, 3)
+	variants := map[string]func(probe.Settings) probe.Settings{
+		"port": func(s probe.Settings) probe.Settings {
+			s.Target.ClientConfig.URL = ptr.To("https://hooks.example:9443/a")
+			return s
+		},
+		"trust": func(s probe.Settings) probe.Settings { s.Target.ClientConfig.CABundle = []byte("other"); return s },
+		"timeout": func(s probe.Settings) probe.Settings {
+			s.Target.Timeout = time.Second
+			return s
+		},
+		"interval": func(s probe.Settings) probe.Settings { s.Interval = 2 * time.Second; return s },
+		"review": func(s probe.Settings) probe.Settings {
+			s.Target.Kind = v1alpha1.ProbeAdmissionReview
+			return s
+		},
+		"review-other-path": func(s probe.Settings) probe.Settings {
+			s.Target.Kind = v1alpha1.ProbeAdmissionReview
+			s.Target.ClientConfig.URL = ptr.To("https://hooks.example:8443/b")
+			return s
+		},
+		"health-path": func(s probe.Settings) probe.Settings { s.Target.HealthPath = "/livez"; return s },
+		"endpoints": func(s probe.Settings) probe.Settings {
+			s.Target.EndpointMode, s.Target.Endpoints = true, []string{"10.0.0.1:8443"}
+			return s
+		},
+	}
+	for name, vary := range variants {
+		t.Run(name, func(t *testing.T) {
+			p := &requests{status: probe.Healthy}
+			h := start(t, p)
+			h.mon.Ensure("base", base)
+			h.mon.Ensure("other", vary(base))
+			h.waitProbes(2, "base", "other")
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			keys := map[string]bool{}
+			for _, tgt := range p.got {
+				keys[tgt.Key] = true
+			}
+			if len(keys) != 2 {
+				t.Fatalf("probes under %d keys, want 2 (one each)", len(keys))
+			}
+		})
+	}
+}
+
+// A webhook that cannot be located is probed alone, so that its Unknown
+// carries its own reason.
+func TestUnlocatableTargetsAreProbedAlone(t *testing.T) {
+	p := &requests{status: probe.Unknown}
+	h := start(t, p)
+	bad := webhookAt("http://hooks.example/a", v1alpha1.ProbeHTTPGet, 3)
+	h.mon.Ensure("x", bad)
+	h.mon.Ensure("y", bad)
+	h.waitProbes(1, "x", "y")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.got[0].Key == p.got[1].Key {
+		t.Fatal("two unlocatable targets shared a probe")
+	}
+}
+
+// Stopping one of the webhooks that share a probe leaves the other probed,
+// and nothing is delivered for the stopped one once Stop has returned,
+// even while a shared probe is being delivered.
+func TestStopOneOfASharedProbe(t *testing.T) {
+	p := &requests{status: probe.Healthy}
+	h := start(t, p)
+	h.mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
+	h.mon.Ensure("b", webhookAt("https://hooks.example/y", v1alpha1.ProbeHTTPGet, 3))
+	h.waitProbes(1, "a", "b")
+	h.mon.Stop("a")
+	if _, ok := h.mon.Observe("a"); ok {
+		t.Fatal("a stopped webhook is still observed")
+	}
+	for drained := false; !drained; {
+		select {
+		case <-h.probed:
+		case <-time.After(20 * time.Millisecond):
+			drained = true
+		}
+	}
+	for range 3 {
+		h.waitProbes(1, "b")
+	}
+	for {
+		select {
+		case k := <-h.probed:
+			if k == "a" {
+				t.Fatal("a result was delivered for a after Stop returned")
+			}
+		default:
+			return
+		}
+	}
+}
+
+// A webhook that joins a shared probe while it is in flight gets none of
+// that probe: its first result is from a probe that began after it joined.
+func TestAJoinerGetsNoProbeBegunBeforeIt(t *testing.T) {
+	release := make(chan struct{})
+	began := make(chan struct{}, 10)
+	var calls atomic.Int32
+	p := probe.ProberFunc(func(context.Context, probe.Target) probe.Result {
+		if calls.Add(1) == 1 {
+			began <- struct{}{}
+			<-release
+		}
+		return probe.Result{Status: probe.Healthy}
+	})
+	h := start(t, p)
+	h.mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
+	for waiting := true; waiting; {
+		h.clk.Step(time.Second)
+		select {
+		case <-began:
+			waiting = false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	h.mon.Ensure("b", webhookAt("https://hooks.example/y", v1alpha1.ProbeHTTPGet, 3))
+	close(release)
+	if k := <-h.probed; k != "a" {
+		t.Fatalf("the probe begun before b joined was delivered to %q", k)
+	}
+	select {
+	case k := <-h.probed:
+		t.Fatalf("the probe begun before b joined was delivered to %q too", k)
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.waitProbes(1, "b")
+}
+
+// On the system clock: 200 webhooks on 200 destinations, each probed every
+// 100 ms, hold no goroutine each between probes (one scheduler, and a
+// goroutine only while a probe runs), and none is probed more often than
+// its interval allows or starved of its probes.
+func TestManyWebhooksOnTheSystemClock(t *testing.T) {
+	const n, every, run = 200, 100 * time.Millisecond, 2 * time.Second
+	var mu sync.Mutex
+	counts := map[string]int{}
+	p := probe.ProberFunc(func(context.Context, probe.Target) probe.Result { return probe.Result{Status: probe.Healthy} })
+	mon := probe.NewMonitor(p, clock.RealClock{}, func(key string, _ probe.Result, _ probe.Change) {
+		mu.Lock()
+		counts[key]++
+		mu.Unlock()
+	})
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = mon.Start(ctx); close(done) }()
+	for i := range n {
+		s := webhookAt(fmt.Sprintf("https://hook-%d.example/x", i), v1alpha1.ProbeHTTPGet, 3)
+		s.Interval = every
+		mon.Ensure(fmt.Sprint(i), s)
+	}
+	began := time.Now()
+	peak := 0
+	for time.Since(began) < run {
+		peak = max(peak, runtime.NumGoroutine()-before)
+		time.Sleep(7 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	elapsed := time.Since(began)
+	if peak > n/4 {
+		t.Errorf("up to %d goroutines more while %d webhooks were probed, want a scheduler and the probes in flight (≤ %d)", peak, n, n/4)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	most := int(elapsed/every) + 1
+	for i := range n {
+		if c := counts[fmt.Sprint(i)]; c < 2 || c > most {
+			t.Errorf("webhook %d probed %d times in %s at %s, want 2..%d", i, c, elapsed.Round(time.Millisecond), every, most)
+		}
+	}
+}
+
+// The probes of one destination shared by four webhooks reach the server
+// once per interval, not four times (real server, system clock).
+func TestSharedProbesReachTheServerOnce(t *testing.T) {
+	var served atomic.Int64
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { served.Add(1) }), "127.0.0.1")
+	var mu sync.Mutex
+	counts := map[string]int{}
+	mon := probe.NewMonitor(&probe.HTTPProber{}, clock.RealClock{}, func(key string, r probe.Result, _ probe.Change) {
+		mu.Lock()
+		if r.Status == probe.Healthy {
+			counts[key]++
+		}
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 1100*time.Millisecond)
+	defer cancel()
+	for i := range 4 {
+		tgt := urlTarget(srv, fmt.Sprintf("/mutate-%d", i))
+		tgt.Timeout = time.Second
+		mon.Ensure(fmt.Sprint(i), probe.Settings{Target: tgt, Interval: 100 * time.Millisecond, FailureThreshold: 3, SuccessThreshold: 1})
+	}
+	_ = mon.Start(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range 4 {
+		if int64(counts[fmt.Sprint(i)]) > served.Load() || counts[fmt.Sprint(i)] < 3 {
+			t.Errorf("webhook %d: %d healthy probes from %d requests served", i, counts[fmt.Sprint(i)], served.Load())
+		}
+	}
+	if got := served.Load(); got > 12 {
+		t.Errorf("%d requests in 1.1 s at 100 ms for four webhooks of one destination, want one per interval (≤ 12)", got)
+	}
+}
