@@ -1,22 +1,15 @@
 // Package targetwatch watches the webhook configurations breakers target,
 // one watch per configuration selected by name, and serves the reconciler's
-// reads of them from the watches' stores.
+// reads of them from what the watches saw.
 package targetwatch
 
 import (
 	"context"
-	"maps"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -27,7 +20,7 @@ import (
 // fieldSelector=metadata.name=<name>: RBAC with resourceNames allows exactly
 // that and no cluster-wide list. An edit to a watched configuration is seen
 // when it happens (onChange names the breakers that target it), and reads are
-// served from the watch's store, so a steady breaker costs the API server
+// served from what the watch saw, so a steady breaker costs the API server
 // nothing. It is a controller-runtime Runnable that runs on the leader only.
 type Targets struct {
 	client   kubernetes.Interface
@@ -39,6 +32,8 @@ type Targets struct {
 	breakers map[string]targetKey // breaker -> what it targets
 	// gen counts changes to the set of watched configurations and to each.
 	gen atomic.Uint64
+	// watchTimeout, if set, replaces minWatchTimeout (tests).
+	watchTimeout time.Duration
 }
 
 type targetKey struct {
@@ -46,61 +41,39 @@ type targetKey struct {
 	name string
 }
 
-// targetWatch is one configuration's watch: a reflector (list, then watch,
-// relisting when the watch breaks) into a store of its own. No informer:
-// nothing here needs its event queue and handler goroutines, which cost
-// three more goroutines and a growing buffer per configuration.
+// targetWatch is one configuration's watch: one goroutine that lists the
+// configuration by name, then watches it, decoding each event as it reads
+// it (follow). No reflector: client-go's costs four goroutines per watch (its
+// loop, its resync timer, its stream decoder and HTTP/2's writer) where
+// this costs two (this loop and HTTP/2's writer), and a thousand breakers
+// on 250 configurations hold 250 watches.
 type targetWatch struct {
 	key   targetKey
-	store *store
 	users map[string]bool // breakers targeting it
 	stop  context.CancelFunc
+	// view is what the current run saw (a run of its own per term as leader).
+	view *view
 }
 
-// store keeps one configuration as its reflector lists and watches it, and
-// calls changed when it did change.
-type store struct {
-	cache.Store
-	changed func()
-	// synced is set once the reflector's first list is in.
+// view is what one run of a watch saw: seen is the configuration as last
+// listed or watched (nil: not listed yet); synced is set once the run's
+// first list is in.
+type view struct {
+	seen   atomic.Pointer[snapshot]
 	synced atomic.Bool
 }
 
-func (s *store) Add(obj any) error    { return s.then(s.Store.Add(obj)) }
-func (s *store) Update(obj any) error { return s.then(s.Store.Update(obj)) }
-func (s *store) Delete(obj any) error { return s.then(s.Store.Delete(obj)) }
+// snapshot is a configuration as a watch saw it: obj nil when it does not
+// exist.
+type snapshot struct{ obj client.Object }
 
-func (s *store) then(err error) error {
-	if err == nil {
-		s.changed()
-	}
-	return err
-}
+func (s *snapshot) exists() bool { return s != nil && s.obj != nil }
 
-// Replace takes a list: the first, after which changed is called whatever
-// it holds (breakers wait for it: see Targets.Listing), or a relist after
-// the watch broke, after which changed is called only if the list differs
-// from what the store held (a relist of unchanged configurations wakes no
-// breaker).
-func (s *store) Replace(list []any, resourceVersion string) error {
-	before := s.versions()
-	if err := s.Store.Replace(list, resourceVersion); err != nil {
-		return err
+func (s *snapshot) version() string {
+	if s == nil || s.obj == nil {
+		return ""
 	}
-	if first := !s.synced.Swap(true); first || !maps.Equal(before, s.versions()) {
-		s.changed()
-	}
-	return nil
-}
-
-func (s *store) versions() map[string]string {
-	out := map[string]string{}
-	for _, o := range s.Store.List() {
-		if m, err := meta.Accessor(o); err == nil {
-			out[m.GetName()] = m.GetResourceVersion()
-		}
-	}
-	return out
+	return s.obj.GetResourceVersion()
 }
 
 // New returns a watcher that reports changes through onChange.
@@ -138,19 +111,16 @@ func (t *Targets) Get(breaker string, kind v1alpha1.TargetKind, name string) (ob
 	t.mu.Lock()
 	t.ensure(breaker, key)
 	w := t.watches[key]
-	running := w.stop != nil
+	running, v := w.stop != nil, w.view
 	t.mu.Unlock()
-	if !running || !w.store.synced.Load() {
+	if !running || !v.synced.Load() {
 		return nil, false, false
 	}
-	item, exists, err := w.store.GetByKey(name)
-	if err != nil {
-		return nil, false, false
-	}
-	if !exists {
+	seen := v.seen.Load()
+	if seen == nil || seen.obj == nil {
 		return nil, false, true
 	}
-	return item.(client.Object).DeepCopyObject().(client.Object), true, true
+	return seen.obj.DeepCopyObject().(client.Object), true, true
 }
 
 // Listing reports whether the configuration's watch is running and has not
@@ -161,7 +131,7 @@ func (t *Targets) Listing(kind v1alpha1.TargetKind, name string) bool {
 	w, ok := t.watches[targetKey{kind, name}]
 	running := ok && w.stop != nil
 	t.mu.Unlock()
-	return running && !w.store.synced.Load()
+	return running && !w.view.synced.Load()
 }
 
 // Users returns the breakers that target the configuration, as far as
@@ -196,8 +166,7 @@ func (t *Targets) ensure(breaker string, key targetKey) {
 	t.breakers[breaker] = key
 	w, ok := t.watches[key]
 	if !ok {
-		w = &targetWatch{key: key, users: map[string]bool{},
-			store: &store{Store: cache.NewStore(cache.MetaNamespaceKeyFunc), changed: func() { t.changed(key) }}}
+		w = &targetWatch{key: key, users: map[string]bool{}}
 		t.watches[key] = w
 		t.run(w)
 	}
@@ -221,17 +190,17 @@ func (t *Targets) release(breaker string) {
 	}
 }
 
-// run starts w's reflector if the watcher is running. Callers hold t.mu.
-// Each run lists afresh: what an earlier run (an earlier term as leader)
-// stored is not served until then.
+// run starts w's watch if the watcher is running. Callers hold t.mu. Each
+// run lists afresh: what an earlier run (an earlier term as leader) saw is
+// not served until then.
 func (t *Targets) run(w *targetWatch) {
 	if t.ctx == nil || w.stop != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
 	w.stop = cancel
-	w.store.synced.Store(false)
-	go t.reflector(w).RunWithContext(ctx)
+	w.view = &view{}
+	go t.follow(ctx, w.key, w.view, "")
 }
 
 // Generation changes whenever a watched configuration does, or one is
@@ -240,19 +209,17 @@ func (t *Targets) run(w *targetWatch) {
 func (t *Targets) Generation() uint64 { return t.gen.Load() }
 
 // Each calls fn with every watched configuration that its watch has
-// listed, outside the watcher's lock. The objects are the stores' own:
+// listed, outside the watcher's lock. The objects are the watches' own:
 // fn must neither change nor keep them.
 func (t *Targets) Each(fn func(client.Object)) {
 	var objs []client.Object
 	t.mu.Lock()
 	for _, w := range t.watches {
-		if w.stop == nil || !w.store.synced.Load() {
+		if w.stop == nil || !w.view.synced.Load() {
 			continue
 		}
-		for _, item := range w.store.List() {
-			if o, ok := item.(client.Object); ok {
-				objs = append(objs, o)
-			}
+		if seen := w.view.seen.Load(); seen != nil && seen.obj != nil {
+			objs = append(objs, seen.obj)
 		}
 	}
 	t.mu.Unlock()
@@ -274,35 +241,5 @@ func (t *Targets) changed(key targetKey) {
 	t.mu.Unlock()
 	for _, b := range users {
 		t.onChange(b)
-	}
-}
-
-func (t *Targets) reflector(w *targetWatch) *cache.Reflector {
-	key := w.key
-	selector := fields.OneTermEqualSelector("metadata.name", key.name).String()
-	api := t.client.AdmissionregistrationV1()
-	opts := cache.ReflectorOptions{Name: "targetwatch " + string(key.kind) + "/" + key.name}
-	if key.kind == v1alpha1.ValidatingWebhookConfiguration {
-		c := api.ValidatingWebhookConfigurations()
-		return cache.NewReflectorWithOptions(byName(selector, c.List, c.Watch), &admissionregistrationv1.ValidatingWebhookConfiguration{}, w.store, opts)
-	}
-	c := api.MutatingWebhookConfigurations()
-	return cache.NewReflectorWithOptions(byName(selector, c.List, c.Watch), &admissionregistrationv1.MutatingWebhookConfiguration{}, w.store, opts)
-}
-
-// byName lists and watches with the field selector that picks one name.
-func byName[L runtime.Object](selector string,
-	list func(context.Context, metav1.ListOptions) (L, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return watchFn(ctx, o)
-		},
 	}
 }
