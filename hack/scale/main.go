@@ -608,6 +608,15 @@ func cpuSeconds(pid int) float64 {
 	return (utime + stime) / 100 // USER_HZ
 }
 
+// openFiles is how many files a process has open, from /proc.
+func openFiles(pid int) float64 {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return float64(len(fds))
+}
+
 func rssMiB(pid int) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -641,9 +650,16 @@ func findProcess(name string) int {
 	return best
 }
 
-// scrapeMetrics calls line with every line of the controller's metrics.
+// scrapeMetrics calls line with every line of the controller's metrics,
+// uncompressed: compressing a thousand breakers' series costs the
+// controller more CPU than rendering them.
 func scrapeMetrics(addr string, line func(string)) {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return
 	}
@@ -669,7 +685,8 @@ func requests(addr string) map[string]float64 {
 
 // storm reads the counters that say where a storm's time went: the
 // controller's API requests by method (controller-runtime exports no
-// request latency), and the reconcile queue's wait and work.
+// request latency), its probe results (and why any were discarded), and
+// the reconcile queue's wait and work.
 func storm(addr string) map[string]float64 {
 	out := map[string]float64{}
 	scrapeMetrics(addr, func(line string) {
@@ -678,7 +695,7 @@ func storm(addr string) map[string]float64 {
 			return
 		}
 		switch name {
-		case "rest_client_requests_total":
+		case "rest_client_requests_total", "tripswitch_probe_results_total", "tripswitch_probes_discarded_total":
 		case "workqueue_queue_duration_seconds_sum", "workqueue_queue_duration_seconds_count",
 			"workqueue_work_duration_seconds_sum", "workqueue_work_duration_seconds_count":
 			if !strings.Contains(rest, `name="webhookcircuitbreaker"`) {
@@ -690,8 +707,10 @@ func storm(addr string) map[string]float64 {
 		i := strings.LastIndexByte(rest, ' ')
 		v, _ := strconv.ParseFloat(rest[i+1:], 64)
 		key := name
-		if m := strings.Index(rest, `method="`); m >= 0 {
-			key += " " + strings.SplitN(rest[m+len(`method="`):], `"`, 2)[0]
+		for _, l := range []string{"method", "result", "reason"} {
+			if v := label(rest, l); v != "" {
+				key += " " + v
+			}
 		}
 		out[key] += v
 	})
@@ -699,13 +718,23 @@ func storm(addr string) map[string]float64 {
 }
 
 // printStorm prints what a phase of the storm cost: requests by method,
-// reconciles and their mean queue wait and work.
+// probe results, reconciles and their mean queue wait and work.
 func printStorm(phase string, a, b map[string]float64) {
 	d := func(k string) float64 { return b[k] - a[k] }
 	fmt.Printf("  %s:", phase)
 	for _, m := range []string{"GET", "LIST", "PATCH", "PUT", "POST", "DELETE"} {
 		if n := d("rest_client_requests_total " + m); n > 0 {
 			fmt.Printf(" %s %.0f", m, n)
+		}
+	}
+	for _, r := range []string{"Healthy", "Unhealthy", "Discarded", "Unknown"} {
+		if n := d("tripswitch_probe_results_total " + r); n > 0 {
+			fmt.Printf(" %s %.0f", r, n)
+		}
+	}
+	for _, r := range []string{"Starved", "Blocked", "Paced"} {
+		if n := d("tripswitch_probes_discarded_total " + r); n > 0 {
+			fmt.Printf(" (%s %.0f)", r, n)
 		}
 	}
 	if c := d("workqueue_work_duration_seconds_count"); c > 0 {
@@ -729,21 +758,26 @@ func gauges(addr string) map[string]float64 {
 
 type peaks struct{ rss, goroutines, fds float64 }
 
-// watchPeaks samples the controller every 500ms until the returned function
-// is called, which returns the peaks.
+// watchPeaks samples the controller until the returned function is
+// called, which returns the peaks: its RSS and open files from /proc every
+// 250ms, its goroutines from its metrics every 2s (a scrape renders every
+// breaker's series: scraped every 500ms, as this harness once did, it cost
+// the controller a fifth of its CPU in a storm, fifty times what a
+// Prometheus scraping every 30s costs it).
 func watchPeaks(pid int, addr string) func() peaks {
 	var p peaks
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
-		for {
-			g := gauges(addr)
+		for i := 0; ; i++ {
+			if i%8 == 0 {
+				p.goroutines = max(p.goroutines, gauges(addr)["go_goroutines"])
+			}
 			p.rss = max(p.rss, rssMiB(pid))
-			p.goroutines = max(p.goroutines, g["go_goroutines"])
-			p.fds = max(p.fds, g["process_open_fds"])
+			p.fds = max(p.fds, openFiles(pid))
 			select {
 			case <-stop:
 				return
