@@ -7,8 +7,8 @@ import (
 )
 
 // TestCompare: only a verdict reaching a threshold is a decision; what a
-// status shows but no write acts on is a report; a count moving below its
-// threshold is nothing.
+// status condition shows but no write acts on is a report; a count moving,
+// or a verdict falling back to Pending, is nothing.
 func TestCompare(t *testing.T) {
 	obs := func(v probe.Verdict, st probe.Status, reason string) probe.Observation {
 		return probe.Observation{Verdict: v, Last: probe.Result{Status: st, Reason: reason}}
@@ -32,11 +32,11 @@ func TestCompare(t *testing.T) {
 		{"first probe, unprobeable", probe.Observation{}, unknown, probe.ReportChange},
 		{"first probe reaches a threshold of one", probe.Observation{}, healthy, probe.DecisionChange},
 		{"healthy stays healthy", healthy, healthy, probe.Unchanged},
-		{"one failure leaves the healthy verdict", healthy, pendingDown, probe.ReportChange},
+		{"one failure leaves the healthy verdict", healthy, pendingDown, probe.Unchanged},
 		{"another failure below the threshold", pendingDown, pendingDown, probe.Unchanged},
 		{"failures reach the threshold", pendingDown, unhealthy, probe.DecisionChange},
 		{"unhealthy stays unhealthy", unhealthy, unhealthy, probe.Unchanged},
-		{"one success leaves the unhealthy verdict", unhealthy, pendingUp, probe.ReportChange},
+		{"one success leaves the unhealthy verdict", unhealthy, pendingUp, probe.Unchanged},
 		{"successes reach the threshold", pendingUp, healthy, probe.DecisionChange},
 		{"straight from healthy to unhealthy (threshold one)", healthy, unhealthy, probe.DecisionChange},
 		{"becomes unprobeable", healthy, unknown, probe.ReportChange},

@@ -128,16 +128,19 @@ type Change int
 
 // Changes, from least to most.
 const (
-	// Unchanged: at most a count moved below its threshold.
+	// Unchanged: at most a count moved, or a verdict fell back to Pending
+	// (one failed probe of a healthy webhook, one answer during an
+	// outage): a status shows the counts as of its last write, and the
+	// metrics every probe. Reporting each such probe cost a status write
+	// per breaker at the start of every outage, just before its decisions.
 	Unchanged Change = iota
 	// ReportChange: something a report shows changed, but nothing a decision
-	// to write acts on: a verdict falling back to Pending (one failed probe
-	// of a healthy webhook), the webhook becoming or ceasing to be
-	// unprobeable (which blocks writes, never makes one), the endpoint
-	// counts, or whether probes keep their interval. A first probe that
-	// reaches no verdict is no change: the report waits for the verdict (a
-	// thousand new breakers would otherwise cost a thousand status writes
-	// more).
+	// to write acts on: the webhook becoming or ceasing to be unprobeable
+	// (which blocks writes, never makes one), the endpoint counts, or
+	// whether probes keep their interval or the controller is starved. A
+	// first probe that reaches no verdict is no change: the report waits for
+	// the verdict (a thousand new breakers would otherwise cost a thousand
+	// status writes more).
 	ReportChange
 	// DecisionChange: the verdict reached a threshold (Unhealthy or
 	// Healthy), which is what opens and closes circuits.
@@ -145,8 +148,7 @@ const (
 )
 
 // Compare says how much next differs from prev. Probes that only move a
-// count below its threshold change nothing; a status shows the counts as of
-// the last report.
+// count, or fall back from a verdict to Pending, change nothing.
 func Compare(prev, next Observation) Change {
 	verdict := func(o Observation) Verdict {
 		if o.Verdict == "" {
@@ -160,7 +162,7 @@ func Compare(prev, next Observation) Change {
 	}
 	p, n := prev.Last, next.Last
 	unknown := func(r Result) bool { return r.Status == Unknown }
-	if pv != nv || unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
+	if unknown(p) != unknown(n) || (unknown(n) && p.Reason != n.Reason) ||
 		(p.Status != "" && (p.Healthy != n.Healthy || p.Total != n.Total)) || prev.Late != next.Late || prev.Starved != next.Starved {
 		return ReportChange
 	}
