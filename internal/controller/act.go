@@ -48,18 +48,22 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 	}
 	o := policy.Outcome{Input: s.in, Decision: d, Observed: s.obs, After: after, WriteErr: writeErr,
 		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed, Floor: fl}
-	deferred, err := r.report(ctx, b, o)
+	rep, err := r.report(ctx, b, o)
 	if err != nil {
 		return r.retry(ctx, "breaker changed while its status was written; retrying", err)
 	}
-	if deferred {
+	if rep.deferred {
 		// Decisions are waiting: this status goes after them.
 		return ctrl.Result{RequeueAfter: schedule.ReportDelay, Priority: new(schedule.PriorityReport)}, nil
 	}
 	if writeErr != nil && !errors.Is(writeErr, circuit.ErrCannotBypass) {
 		return ctrl.Result{}, writeErr
 	}
-	return r.finish(ctx, b, spec, o)
+	res, err := r.finish(ctx, b, spec, o)
+	if rep.firstWait > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, rep.firstWait+10*time.Millisecond)
+	}
+	return res, err
 }
 
 // finish asks for the audits due, releases the finalizer when the decision
@@ -276,33 +280,50 @@ func (r *Reconciler) persistDisarm(ctx context.Context, b *v1alpha1.WebhookCircu
 	return nil
 }
 
+// statusHeld says why a status was not written: deferred while decisions
+// wait (see deferReport), or a new breaker's first status waiting for its
+// probes' verdict (policy.FirstReportWait) for at most firstWait.
+type statusHeld struct {
+	deferred  bool
+	firstWait time.Duration
+}
+
 // report writes the status if it changed, with its events
-// (policy.ReportEvents); deferred when the write waits for decisions (see
-// deferReport).
-func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (deferred bool, err error) {
+// (policy.ReportEvents), unless it waits (see reported).
+func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (statusHeld, error) {
 	status := policy.NextStatus(b, o)
 	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
+	now := r.Clock.Now()
+	if wait := policy.FirstReportWait(b, o, r.firstSeen(b.Name, now), now); wait > 0 {
+		return statusHeld{firstWait: wait}, nil
+	}
 	if r.deferReport(b, o, status) {
 		r.Metrics.DeferredReport()
-		return true, nil
+		return statusHeld{deferred: true}, nil
 	}
 	for _, e := range policy.ReportEvents(b, o.Decision, status) {
 		r.event(b, e.Type, e.Reason, e.Action, "%s", e.Message)
 	}
-	if equality.Semantic.DeepEqual(status, b.Status) {
+	if equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.reportedSince(b.Name, now.Add(-detailRefresh))) {
 		r.forgetClosed(b.Name, status)
-		return false, nil
+		return statusHeld{}, nil
 	}
 	before := b.ResourceVersion
 	b.Status = status
 	if err := r.Client.Status().Update(ctx, b); err != nil {
-		return false, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
+		return statusHeld{}, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
 	r.wrote(b, before)
+	r.reported(b.Name, now)
 	r.forgetClosed(b.Name, status)
-	return false, nil
+	return statusHeld{}, nil
 }
+
+// detailRefresh is how long a status whose only change is detail (see
+// policy.DetailOnly) waits for another change to carry it before it is
+// written on its own, at a reconcile (at least every resync).
+const detailRefresh = 10 * time.Minute
 
 // deferReport reports whether b's status write waits because more breakers
 // are queued for decisions than the workers serve at once: in a storm

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -90,6 +92,27 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 		},
 	}
 	return bld.Watches(&v1alpha1.WebhookCircuitBreaker{}, peers, builder.WithPredicates(changes))
+}
+
+// breakerEvents passes the events of a breaker that its reconcile acts on:
+// its creation and deletion, and every update but one of its status alone,
+// unless a reconcile waits for that update (readBreaker). The controller's
+// own status writes would otherwise queue each breaker again after every
+// write: a storm's thousand status writes were a thousand reconciles more,
+// competing with its decisions for the workers. Status written by others
+// (a break-glass restore, an audit) is read at the next reconcile.
+func (r *Reconciler) breakerEvents() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o.GetGeneration() != n.GetGeneration() || !o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+				!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) || !maps.Equal(o.GetLabels(), n.GetLabels()) ||
+				!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) {
+				return true
+			}
+			return r.memory.get(n.GetName()).awaitsEvent
+		},
+	}
 }
 
 // peers are the other breakers that name b's webhook.

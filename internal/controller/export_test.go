@@ -1,5 +1,7 @@
 package controller
 
+import "sigs.k8s.io/controller-runtime/pkg/predicate"
+
 // Remembers names the stores in which r still keeps something of breaker:
 // its own memory, the decision queue's count, and the metrics' series.
 // The collaborators outside the process's memory (probe monitor, API
@@ -16,4 +18,13 @@ func Remembers(r *Reconciler, breaker string) []string {
 		kept = append(kept, "probe series")
 	}
 	return kept
+}
+
+// BreakerEvents is the filter on the breakers' own watch.
+func (r *Reconciler) BreakerEvents() predicate.Predicate { return r.breakerEvents() }
+
+// AwaitEvent marks breaker as waiting for its watch's event of this
+// controller's last write, as readBreaker does.
+func (r *Reconciler) AwaitEvent(breaker string) {
+	r.memory.update(breaker, func(m *memory) { m.awaitsEvent = true })
 }

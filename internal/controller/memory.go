@@ -2,6 +2,7 @@ package controller
 
 import (
 	"sync"
+	"time"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
@@ -22,6 +23,14 @@ type memory struct {
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
+	// reported is when this process last wrote the breaker's status.
+	reported time.Time
+	// seen is when this process first reconciled the breaker.
+	seen time.Time
+	// awaitsEvent: a reconcile waits for the watch's event of this
+	// controller's last write to the breaker (see readBreaker), which
+	// breakerEvents lets through even if that write was of its status.
+	awaitsEvent bool
 }
 
 // version is a breaker's resourceVersion after this controller's last
@@ -94,6 +103,28 @@ func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind boo
 		return false, false
 	}
 	return true, w.before == b.ResourceVersion
+}
+
+// firstSeen is when this process first saw breaker (now, the first time).
+func (r *Reconciler) firstSeen(breaker string, now time.Time) time.Time {
+	var seen time.Time
+	r.memory.update(breaker, func(m *memory) {
+		if m.seen.IsZero() {
+			m.seen = now
+		}
+		seen = m.seen
+	})
+	return seen
+}
+
+// reported remembers when this process wrote breaker's status.
+func (r *Reconciler) reported(breaker string, at time.Time) {
+	r.memory.update(breaker, func(m *memory) { m.reported = at })
+}
+
+// reportedSince reports whether this process wrote breaker's status after t.
+func (r *Reconciler) reportedSince(breaker string, t time.Time) bool {
+	return r.memory.get(breaker).reported.After(t)
 }
 
 // closedBy remembers that this process closed breaker's circuit: should its

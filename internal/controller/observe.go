@@ -46,6 +46,7 @@ func (r *Reconciler) readBreaker(ctx context.Context, req ctrl.Request) (*v1alph
 		return nil, 0, fmt.Errorf("get breaker %s: %w", req.Name, err)
 	}
 	lag, behind := r.lagging(&b)
+	r.memory.update(b.Name, func(m *memory) { m.awaitsEvent = lag && behind && !decision })
 	switch {
 	case !lag:
 		return &b, 0, nil

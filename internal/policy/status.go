@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // Condition types.
@@ -317,4 +319,71 @@ func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs Observed) string {
 		return string(t.Kind) + " " + t.ConfigurationName + " not found"
 	}
 	return "webhook " + t.WebhookName + " not found in " + string(t.Kind) + " " + t.ConfigurationName
+}
+
+// DetailOnly reports whether next differs from b's status only in detail
+// no reader acts on: the probe's counts and last result while its verdict
+// (counts against the thresholds) is unchanged or falls back to Pending
+// (the endpoint counts of a partial outage are not detail),
+// and the Preflight condition's message while its status and reason stand
+// (the chain's totals move with every configuration the controller
+// watches). A write of detail alone can wait: such detail is written with
+// the next change, and on its own only now and then (the reconciler's
+// choice), so that a thousand breakers created together, or an outage's
+// first failed probes, do not cost a status write each.
+func DetailOnly(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) bool {
+	cur := b.Status
+	if equality.Semantic.DeepEqual(next, cur) {
+		return false
+	}
+	p := b.Spec.Resolve().Probe
+	if v := probeVerdict(next.Probe, p); v != "" && v != probeVerdict(cur.Probe, p) {
+		return false
+	}
+	next = *next.DeepCopy()
+	next.Probe.ConsecutiveFailures, next.Probe.ConsecutiveSuccesses = cur.Probe.ConsecutiveFailures, cur.Probe.ConsecutiveSuccesses
+	next.Probe.LastResult, next.Probe.LastReason = cur.Probe.LastResult, cur.Probe.LastReason
+	old, now := meta.FindStatusCondition(cur.Conditions, v1alpha1.ConditionPreflight), meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionPreflight)
+	if old != nil && now != nil && old.Status == now.Status && old.Reason == now.Reason {
+		now.Message = old.Message
+	}
+	return equality.Semantic.DeepEqual(next, cur)
+}
+
+// probeVerdict is the verdict a status's probe counts show: "Healthy" or
+// "Unhealthy" at a threshold, "" below both.
+func probeVerdict(s v1alpha1.ProbeStatus, p v1alpha1.ResolvedProbe) string {
+	switch {
+	case p.FailureThreshold > 0 && s.ConsecutiveFailures >= p.FailureThreshold:
+		return "Unhealthy"
+	case p.SuccessThreshold > 0 && s.ConsecutiveSuccesses >= p.SuccessThreshold:
+		return "Healthy"
+	}
+	return ""
+}
+
+// FirstReportWait is how much longer a new breaker's first status waits
+// for its probes' first verdict, 0 when it is written now. A breaker whose
+// status was never written, whose webhook is found and can be probed, and
+// about which nothing else is to be said (no write, nothing blocked or
+// refused, no record, no fallback policy, no API server signal, not being
+// deleted) says nothing
+// a reader needs until its probes decide: the reconcile that verdict
+// queues writes the status once, with the verdict. A thousand breakers
+// created together would otherwise write each status twice, a moment
+// apart. The wait ends (max(failureThreshold, successThreshold) + 2)
+// intervals after seen, when this process first saw the breaker (not its
+// creation, which the API server's clock stamped), verdict or not.
+func FirstReportWait(b *v1alpha1.WebhookCircuitBreaker, o Outcome, seen, now time.Time) time.Duration {
+	d, h := o.Decision, o.Observed.Health
+	switch {
+	case b.Status.State != "" || !b.DeletionTimestamp.IsZero() || o.Observed.NotApproved != "" || !o.Input.TargetFound || o.Observed.Signal != nil,
+		d.Write != WriteNone || d.Blocked || d.Refused || d.Disarm != "" || d.Rearm || d.ExternalChange,
+		o.WriteErr != nil || o.ours(b) != nil || o.Floor != nil,
+		h.Verdict == probe.VerdictHealthy || h.Verdict == probe.VerdictUnhealthy || h.Last.Status == probe.Unknown:
+		return 0
+	}
+	p := b.Spec.Resolve().Probe
+	until := seen.Add(time.Duration(max(p.FailureThreshold, p.SuccessThreshold)+2) * p.Interval)
+	return max(until.Sub(now), 0)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -94,5 +95,125 @@ func TestComputeStatus(t *testing.T) {
 				t.Fatalf("missing target: ProbeUnsupported %+v", probeCond)
 			}
 		})
+	}
+}
+
+// TestDetailOnly: a status that differs only in the probe's counts (its
+// verdict unchanged, or falling back to Pending) or in the Preflight
+// message (its verdict standing) is detail; anything a reader acts on is
+// not.
+func TestDetailOnly(t *testing.T) {
+	preflight := func(st metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: v1alpha1.ConditionPreflight, Status: st, Reason: reason, Message: msg}
+	}
+	base := v1alpha1.WebhookCircuitBreakerStatus{
+		State: v1alpha1.StateClosed,
+		Probe: v1alpha1.ProbeStatus{ConsecutiveSuccesses: 5, LastResult: "Healthy", LastReason: "HTTP 200"},
+		Conditions: []metav1.Condition{
+			{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonArmed},
+			preflight(metav1.ConditionFalse, "ChainExceedsDeadline", "the 916 webhooks that can match the same requests can take 15m16s"),
+		},
+	}
+	b := &v1alpha1.WebhookCircuitBreaker{Spec: v1alpha1.WebhookCircuitBreakerSpec{Probe: v1alpha1.ProbeSpec{FailureThreshold: 3, SuccessThreshold: 5}}, Status: base}
+	change := func(f func(*v1alpha1.WebhookCircuitBreakerStatus)) v1alpha1.WebhookCircuitBreakerStatus {
+		s := *base.DeepCopy()
+		f(&s)
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		next v1alpha1.WebhookCircuitBreakerStatus
+		want bool
+	}{
+		{"nothing changed: nothing to write at all", base, false},
+		{"the Preflight totals moved", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Conditions[1].Message = "the 1000 webhooks that can match the same requests can take 16m40s"
+		}), true},
+		{"Preflight turned True", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Conditions[1] = preflight(metav1.ConditionTrue, "WithinDeadline", "within")
+		}), false},
+		{"one failed probe of a healthy webhook", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Probe = v1alpha1.ProbeStatus{ConsecutiveFailures: 1, LastResult: "Unhealthy", LastReason: "timeout after 250ms"}
+		}), true},
+		{"the failures reach their threshold", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Probe = v1alpha1.ProbeStatus{ConsecutiveFailures: 3, LastResult: "Unhealthy", LastReason: "timeout after 250ms"}
+		}), false},
+		{"the counts and the Preflight totals together", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Probe.LastReason = "HTTP 204"
+			s.Conditions[1].Message = "other totals"
+		}), true},
+		{"the endpoint counts of a partial outage", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Probe.HealthyEndpoints, s.Probe.Endpoints = new(int32(1)), new(int32(2))
+		}), false},
+		{"a condition changed", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) {
+			s.Conditions[0].Status, s.Conditions[0].Reason = metav1.ConditionFalse, ReasonWriteFailed
+		}), false},
+		{"the state changed", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) { s.State = v1alpha1.StateOpen }), false},
+	} {
+		if got := DetailOnly(b, c.next); got != c.want {
+			t.Errorf("%s: DetailOnly %v, want %v", c.name, got, c.want)
+		}
+	}
+	// The first status of a new breaker is never detail.
+	if DetailOnly(&v1alpha1.WebhookCircuitBreaker{}, base) {
+		t.Error("a new breaker's first status is detail")
+	}
+}
+
+// TestFirstReportWait: a new breaker whose webhook is found and probed,
+// with nothing else to say, waits for its probes' first verdict, up to
+// (max threshold + 2) intervals after it was first seen; anything a reader
+// needs to know is written at once.
+func TestFirstReportWait(t *testing.T) {
+	created := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC) // first seen
+	newBreaker := func() *v1alpha1.WebhookCircuitBreaker {
+		return &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{UID: "b-uid"},
+			Spec: v1alpha1.WebhookCircuitBreakerSpec{Probe: v1alpha1.ProbeSpec{
+				Interval: &metav1.Duration{Duration: time.Second}, FailureThreshold: 3, SuccessThreshold: 5}}}
+	}
+	pending := probe.Observation{Verdict: probe.VerdictPending, ConsecutiveSuccesses: 2, Last: probe.Result{Status: probe.Healthy}}
+	routine := func() Outcome {
+		return Outcome{Input: Input{TargetFound: true}, Decision: Decision{Reason: ReasonNoChange}, Observed: Observed{Health: pending}, After: closedFail}
+	}
+	deadline := 7 * time.Second // (max(3, 5) + 2) × 1s
+	for _, c := range []struct {
+		name   string
+		b      func(*v1alpha1.WebhookCircuitBreaker)
+		o      func(*Outcome)
+		now    time.Duration // after creation
+		waitOK bool
+	}{
+		{name: "probes not decided yet: waits", now: 2 * time.Second, waitOK: true},
+		{name: "past the deadline: written", now: deadline},
+		{name: "the probes decided Healthy", o: func(o *Outcome) { o.Observed.Health.Verdict = probe.VerdictHealthy }, now: time.Second},
+		{name: "the probes decided Unhealthy", o: func(o *Outcome) { o.Observed.Health.Verdict = probe.VerdictUnhealthy }, now: time.Second},
+		{name: "the webhook cannot be probed", o: func(o *Outcome) { o.Observed.Health.Last.Status = probe.Unknown }, now: time.Second},
+		{name: "the target is missing", o: func(o *Outcome) { o.Input.TargetFound = false }, now: time.Second},
+		{name: "not approved", o: func(o *Outcome) { o.Observed.NotApproved = "add it to the role" }, now: time.Second},
+		{name: "a blocked decision", o: func(o *Outcome) { o.Decision.Blocked = true }, now: time.Second},
+		{name: "a write", o: func(o *Outcome) { o.Decision.Write = WriteOpen }, now: time.Second},
+		{name: "a failed write", o: func(o *Outcome) { o.WriteErr = errors.New("boom") }, now: time.Second},
+		{name: "a record of its own (adopted after a restart)", o: func(o *Outcome) {
+			o.After = circuit.State{Index: 0, Record: &v1alpha1.CircuitRecord{BreakerUID: "b-uid"}}
+		}, now: time.Second},
+		{name: "a fallback policy to report", o: func(o *Outcome) { o.Floor = &FloorReport{} }, now: time.Second},
+		{name: "an API server signal to report", o: func(o *Outcome) { o.Observed.Signal = &apisignal.Status{} }, now: time.Second},
+		{name: "its status was written before", b: func(b *v1alpha1.WebhookCircuitBreaker) { b.Status.State = v1alpha1.StateClosed }, now: time.Second},
+		{name: "being deleted", b: func(b *v1alpha1.WebhookCircuitBreaker) { b.DeletionTimestamp = &metav1.Time{Time: created} }, now: time.Second},
+	} {
+		b, o := newBreaker(), routine()
+		if c.b != nil {
+			c.b(b)
+		}
+		if c.o != nil {
+			c.o(&o)
+		}
+		got := FirstReportWait(b, o, created, created.Add(c.now))
+		switch {
+		case c.waitOK && got != deadline-c.now:
+			t.Errorf("%s: waits %v, want %v (until the deadline)", c.name, got, deadline-c.now)
+		case !c.waitOK && got != 0:
+			t.Errorf("%s: waits %v, want the status written now", c.name, got)
+		}
 	}
 }
