@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,12 +31,12 @@ import (
 // holds no connection for long.
 const idleTimeout = 90 * time.Second
 
-// conn is one kept-alive connection of a destination.
+// conn is one kept-alive connection of a destination. Its buffers are
+// taken from a pool for each exchange and given back after it: a thousand
+// idle connections would otherwise hold 8 KiB each.
 type conn struct {
 	nc   net.Conn // the TLS connection
 	raw  net.Conn // the connection under TLS, for the liveness check
-	br   *bufio.Reader
-	bw   *bufio.Writer
 	read countingReader
 	// reused: the connection answered a request before.
 	reused bool
@@ -104,10 +105,14 @@ func (p *HTTPProber) connect(ctx context.Context, d *destination, addr string) (
 		c.raw = tc.NetConn()
 	}
 	c.read.r = nc
-	c.br = bufio.NewReaderSize(&c.read, 4096)
-	c.bw = bufio.NewWriterSize(nc, 4096)
 	return c, nil
 }
+
+// readers and writers are the exchanges' buffers.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
 
 // aLongTimeAgo unblocks a connection's reads and writes at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -134,16 +139,30 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body []byte, f 
 	if len(body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	if err := req.Write(c.bw); err != nil {
-		return answer{}, false, err
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(c.nc)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
+	bw.Reset(nil)
+	writers.Put(bw)
+	if err != nil {
 		return answer{}, false, err
 	}
 	f.wrote.Store(true)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(&c.read)
+	defer func() {
+		// What the server sent beyond the answer is unasked: the
+		// connection is not kept (and its buffer not reused unread).
+		keep = keep && br.Buffered() == 0
+		br.Reset(nil)
+		readers.Put(br)
+	}()
 	var resp *http.Response
 	for {
-		resp, err = http.ReadResponse(c.br, req)
+		resp, err = http.ReadResponse(br, req)
 		if err != nil {
 			return answer{}, false, err
 		}
@@ -164,7 +183,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body []byte, f 
 		b = b[:maxBody]
 	}
 	c.reused = true
-	return answer{code: resp.StatusCode, body: b}, whole && !resp.Close && c.br.Buffered() == 0, nil
+	return answer{code: resp.StatusCode, body: b}, whole && !resp.Close, nil
 }
 
 // take returns an idle connection of d that is still open, or nil.
@@ -232,17 +251,16 @@ func (d *destination) closeIdle() {
 // It peeks at the socket without blocking; a connection it cannot peek at
 // is taken as alive (a request it fails is sent again: see exchange).
 func (c *conn) alive() bool {
-	if c.br.Buffered() > 0 {
-		return false
-	}
 	// What TLS read from the socket but did not yet decrypt is found by a
 	// read that cannot wait: a record already there is returned (or its
 	// close_notify as the end), and an empty buffer times out at once
-	// without touching the socket.
+	// without touching the socket. Anything read so is unasked: the
+	// connection is closed anyway.
 	if err := c.nc.SetReadDeadline(aLongTimeAgo); err != nil {
 		return false
 	}
-	if _, err := c.br.Peek(1); !isTimeout(err) {
+	var one [1]byte
+	if _, err := c.nc.Read(one[:]); !isTimeout(err) {
 		return false
 	}
 	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {

@@ -88,7 +88,11 @@ type member struct {
 	obs      Observation
 	group    *group
 	joined   uint64 // Monitor.launches when it joined its group
-	// stopped is set by Stop: a result being delivered is not delivered to it.
+	// deliver is held while a result is delivered to the member, by
+	// whichever group's probe (it may have moved since); stopped is set by
+	// Stop, which then takes deliver once: nothing is delivered to it
+	// after that.
+	deliver sync.Mutex
 	stopped atomic.Bool
 }
 
@@ -103,14 +107,11 @@ type group struct {
 	// Monitor.due, -1 when not there (probing, or the monitor not running).
 	tick  time.Time
 	index int
-	// run is the probe in flight, if any.
+	// run is the probe in flight, until its result is delivered: a group
+	// has at most one, so prevStart and out are its goroutine's alone.
 	run *run
-	// prevStart is when the last probe began (its next one's lag); only
-	// the group's probe goroutine, one at a time, uses it.
+	// prevStart is when the last probe began (its next one's lag).
 	prevStart time.Time
-	// deliver is held while a probe's result is delivered: Stop waits for
-	// it, so that nothing is delivered to a key once Stop returned.
-	deliver sync.Mutex
 	// out is the deliveries of the last probe (reused).
 	out []delivery
 }
@@ -160,7 +161,9 @@ func (m *Monitor) Ensure(key string, s Settings) {
 	if mem.group != nil && mem.group.key == gk {
 		return
 	}
+	var from *group // the schedule it leaves
 	if mem.group != nil {
+		from = mem.group
 		m.leave(mem)
 	}
 	g, ok := m.groups[gk]
@@ -170,7 +173,13 @@ func (m *Monitor) Ensure(key string, s Settings) {
 		g = &group{key: gk, target: s.Target, every: cmp.Or(max(s.Interval, 0), time.Second), index: -1}
 		g.target.Key = fmt.Sprintf("probe-%d", m.groupIDs)
 		m.groups[gk] = g
-		if m.ctx != nil {
+		switch {
+		case m.ctx == nil:
+		case from != nil && from.every == g.every && !from.tick.IsZero():
+			// New settings (new endpoints, a rotated caBundle) keep the
+			// probe's schedule: its next probe comes when it would have.
+			m.schedule(g, from.tick)
+		default:
 			m.schedule(g, m.spread(g))
 		}
 	}
@@ -190,16 +199,15 @@ func (m *Monitor) Stop(key string) {
 	}
 	delete(m.members, key)
 	mem.stopped.Store(true)
-	g := mem.group
 	r := m.leave(mem)
 	m.mu.Unlock()
 	if r != nil {
 		<-r.done
 	}
-	// A barrier: a delivery under way ends first; later ones skip mem.
-	g.deliver.Lock()
+	// A barrier: a delivery to mem under way ends first; later ones skip it.
+	mem.deliver.Lock()
 	//lint:ignore SA2001 the lock is the wait
-	g.deliver.Unlock()
+	mem.deliver.Unlock()
 }
 
 // leave takes mem out of its group; a group left empty is dropped and its
@@ -238,16 +246,18 @@ func (m *Monitor) Observe(key string) (Observation, bool) {
 	return mem.obs, true
 }
 
-// probeKey is what makes two members' probes one: the request (where it
-// goes, its path, its trust, its kind and body's versions, the endpoints it
-// covers), its timeout and its interval. A target that cannot be located is
-// probed alone (its own key): it is reported Unknown, with its own reason.
+// probeKey is what makes two members' probes one: every field of the
+// target the prober reads or branches on (where the request goes, its
+// path, its trust, its kind and body's versions, whether the webhook is a
+// Service, the endpoints it covers), its timeout and its interval. A
+// target that cannot be located is probed alone (its own key): it is
+// reported Unknown, with its own reason.
 type probeKey struct {
 	url, serverName, caBundle string
 	kind                      string
 	reviewVersions            string
 	endpoints, endpointsErr   string
-	endpointMode              bool
+	service, endpointMode     bool
 	timeout, interval         time.Duration
 	alone                     string
 }
@@ -255,7 +265,7 @@ type probeKey struct {
 func keyOf(key string, s Settings) probeKey {
 	t := s.Target
 	k := probeKey{caBundle: string(t.ClientConfig.CABundle), kind: string(t.Kind), timeout: t.Timeout, interval: s.Interval,
-		endpointMode: t.EndpointMode, endpoints: strings.Join(t.Endpoints, ","), endpointsErr: t.EndpointsErr}
+		service: t.ClientConfig.Service != nil, endpointMode: t.EndpointMode, endpoints: strings.Join(t.Endpoints, ","), endpointsErr: t.EndpointsErr}
 	if t.Kind == v1alpha1.ProbeAdmissionReview {
 		k.reviewVersions = strings.Join(t.ReviewVersions, ",")
 	}

@@ -109,12 +109,13 @@ func (m *Monitor) probe(g *group, r *run, t Target) {
 	res.Lag = lag
 
 	m.mu.Lock()
-	g.run = nil
-	// Stop (the last member gone) and the monitor's end cancel the probe
-	// under m.mu, so this check cannot race them: such a result is never
-	// recorded.
+	// Stop cancels the probe of a group it leaves empty under m.mu, so this
+	// check cannot race it: such a result is never recorded. (A result
+	// checked just before the monitor's context ended is still delivered,
+	// as any probe's that ends with it.)
 	if r.ctx.Err() != nil {
-		if m.ctx != nil && m.groups[g.key] == g {
+		g.run = nil
+		if m.ctx != nil && m.groups[g.key] == g && g.index < 0 {
 			m.schedule(g, m.spread(g)) // the monitor started again meanwhile
 		}
 		m.mu.Unlock()
@@ -134,18 +135,19 @@ func (m *Monitor) probe(g *group, r *run, t Target) {
 		mem.obs = healthySince(prev, mem.obs, now)
 		g.out = append(g.out, delivery{m: mem, change: Compare(prev, mem.obs)})
 	}
-	// Deliveries are ordered per group: the next probe of g starts only
-	// once these are out.
-	g.deliver.Lock()
 	m.mu.Unlock()
+	// g stays probing (g.run) until its result is out: its next probe, or
+	// one a new term of the monitor would start, comes after.
 	for _, d := range g.out {
+		d.m.deliver.Lock()
 		if !d.m.stopped.Load() {
 			m.notify(d.m.key, res, d.change)
 		}
+		d.m.deliver.Unlock()
 	}
-	g.deliver.Unlock()
 	m.mu.Lock()
-	if m.ctx != nil && m.groups[g.key] == g {
+	g.run = nil
+	if m.ctx != nil && m.groups[g.key] == g && g.index < 0 {
 		m.schedule(g, g.tick)
 	}
 	m.mu.Unlock()

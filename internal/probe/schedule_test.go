@@ -12,6 +12,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -161,43 +162,214 @@ func TestUnlocatableTargetsAreProbedAlone(t *testing.T) {
 	h.waitProbes(1, "x", "y")
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.got[0].Key == p.got[1].Key {
+	if len(p.got) < 2 || p.got[0].Key == p.got[1].Key {
 		t.Fatal("two unlocatable targets shared a probe")
 	}
 }
 
-// Stopping one of the webhooks that share a probe leaves the other probed,
-// and nothing is delivered for the stopped one once Stop has returned,
-// even while a shared probe is being delivered.
+// blockedDelivery runs a monitor whose notify blocks on the first delivery
+// to block once it is set, and fails the test on any delivery to a key in
+// stopped: the deliveries Stop promised would not come.
+type blockedDelivery struct {
+	t       *testing.T
+	clk     *clocktesting.FakeClock
+	mon     *probe.Monitor
+	mu      sync.Mutex
+	block   string
+	stopped map[string]bool
+	blocked chan struct{} // a delivery to block waits
+	release chan struct{}
+	seen    chan string
+}
+
+func newBlockedDelivery(t *testing.T) *blockedDelivery {
+	d := &blockedDelivery{t: t, clk: clocktesting.NewFakeClock(time.Unix(0, 0)), stopped: map[string]bool{},
+		blocked: make(chan struct{}, 1), release: make(chan struct{}), seen: make(chan string, 100)}
+	p := probe.ProberFunc(func(context.Context, probe.Target) probe.Result { return probe.Result{Status: probe.Healthy} })
+	d.mon = probe.NewMonitor(p, d.clk, func(key string, _ probe.Result, _ probe.Change) {
+		d.mu.Lock()
+		stopped, block := d.stopped[key], d.block == key
+		if block {
+			d.block = ""
+		}
+		d.mu.Unlock()
+		if stopped {
+			t.Errorf("a result was delivered for %s after Stop returned", key)
+		}
+		if block {
+			d.blocked <- struct{}{}
+			<-d.release
+		}
+		d.seen <- key
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.mon.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
+}
+
+// stop stops key and records that nothing may be delivered to it now.
+func (d *blockedDelivery) stop(key string) {
+	d.mon.Stop(key)
+	d.mu.Lock()
+	d.stopped[key] = true
+	d.mu.Unlock()
+}
+
+// stepUntilBlocked steps the clock until the delivery to key blocks.
+func (d *blockedDelivery) stepUntilBlocked(key string) {
+	d.t.Helper()
+	d.mu.Lock()
+	d.block = key
+	d.mu.Unlock()
+	deadline := time.After(10 * time.Second)
+	for {
+		d.clk.Step(time.Second)
+		select {
+		case <-d.blocked:
+			return
+		case <-time.After(5 * time.Millisecond):
+		case <-deadline:
+			d.t.Fatalf("no delivery to %s", key)
+		}
+	}
+}
+
+// Stopping one of the webhooks that share a probe, while that probe's
+// result is being delivered, returns without waiting for the delivery to
+// the others, delivers nothing to the stopped one afterwards, and leaves
+// the other probed.
 func TestStopOneOfASharedProbe(t *testing.T) {
-	p := &requests{status: probe.Healthy}
-	h := start(t, p)
-	h.mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
-	h.mon.Ensure("b", webhookAt("https://hooks.example/y", v1alpha1.ProbeHTTPGet, 3))
-	h.waitProbes(1, "a", "b")
-	h.mon.Stop("a")
-	if _, ok := h.mon.Observe("a"); ok {
+	d := newBlockedDelivery(t)
+	d.mon.Ensure("b", webhookAt("https://hooks.example/y", v1alpha1.ProbeHTTPGet, 3)) // delivered first
+	d.mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
+	d.stepUntilBlocked("b") // a's delivery comes next
+	stopped := make(chan struct{})
+	go func() { d.stop("a"); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for another webhook's delivery")
+	}
+	if _, ok := d.mon.Observe("a"); ok {
 		t.Fatal("a stopped webhook is still observed")
 	}
-	for drained := false; !drained; {
+	close(d.release)
+	for n := 0; n < 3; {
+		d.clk.Step(time.Second)
 		select {
-		case <-h.probed:
-		case <-time.After(20 * time.Millisecond):
-			drained = true
-		}
-	}
-	for range 3 {
-		h.waitProbes(1, "b")
-	}
-	for {
-		select {
-		case k := <-h.probed:
-			if k == "a" {
-				t.Fatal("a result was delivered for a after Stop returned")
+		case k := <-d.seen:
+			if k == "b" {
+				n++
 			}
-		default:
-			return
+		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// A webhook whose settings moved it to another probe (a rotated caBundle)
+// while the probe it left is being delivered: Stop still promises nothing
+// more for it, from either.
+func TestStopAfterAMove(t *testing.T) {
+	d := newBlockedDelivery(t)
+	d.mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
+	d.stepUntilBlocked("a")
+	moved := webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3)
+	moved.Target.ClientConfig.CABundle = []byte("rotated")
+	d.mon.Ensure("a", moved)
+	stopped := make(chan struct{})
+	go func() { d.stop("a"); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a delivery to its webhook was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(d.release)
+	<-stopped
+	for range 5 {
+		d.clk.Step(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A monitor started again (a new term as leader) while a probe's result is
+// being delivered does not probe that group again until the delivery is
+// done: a group has one probe at a time, whatever the terms.
+func TestStartAgainDuringADelivery(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	first := make(chan struct{}, 1)
+	p := probe.ProberFunc(func(context.Context, probe.Target) probe.Result {
+		calls.Add(1)
+		return probe.Result{Status: probe.Healthy}
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	var blocked atomic.Bool
+	mon := probe.NewMonitor(p, clk, func(string, probe.Result, probe.Change) {
+		if blocked.CompareAndSwap(false, true) {
+			first <- struct{}{}
+			<-release
+		}
+	})
+	mon.Ensure("a", webhookAt("https://hooks.example/x", v1alpha1.ProbeHTTPGet, 3))
+	ctx1, end1 := context.WithCancel(context.Background())
+	done1 := make(chan struct{})
+	go func() { _ = mon.Start(ctx1); close(done1) }()
+	for waiting := true; waiting; {
+		clk.Step(time.Second)
+		select {
+		case <-first:
+			waiting = false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	end1()
+	<-done1
+	ctx2, end2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { _ = mon.Start(ctx2); close(done2) }()
+	defer func() { end2(); <-done2 }()
+	during := calls.Load()
+	for range 5 {
+		clk.Step(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := calls.Load() - during; n > 0 {
+		t.Fatalf("%d probes of the group began while its last result was being delivered", n)
+	}
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() == during; {
+		if time.Now().After(deadline) {
+			t.Fatal("no probe after the delivery, in the new term")
+		}
+		clk.Step(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A Service webhook and a URL webhook that name the same host, path and
+// trust are probed apart in endpoint mode: the prober judges a Service's
+// endpoints, and cannot for a URL (Unknown, which never opens).
+func TestAServiceAndAURLAreNotOneProbe(t *testing.T) {
+	p := &requests{status: probe.Healthy}
+	h := start(t, p)
+	url := webhookAt("https://hook.ns.svc:443/x", v1alpha1.ProbeHTTPGet, 3)
+	url.Target.EndpointMode = true
+	svc := url
+	svc.Target.ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: "ns", Name: "hook", Path: ptr.To("/x")}, CABundle: url.Target.ClientConfig.CABundle}
+	h.mon.Ensure("url", url)
+	h.mon.Ensure("svc", svc)
+	h.waitProbes(1, "url", "svc")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := map[string]bool{}
+	for _, tgt := range p.got {
+		keys[tgt.Key] = true
+	}
+	if len(keys) != 2 {
+		t.Fatalf("%d requests under %d keys: a Service webhook and a URL webhook shared an endpoint-mode probe", len(p.got), len(keys))
 	}
 }
 
@@ -252,15 +424,15 @@ func TestManyWebhooksOnTheSystemClock(t *testing.T) {
 		mu.Unlock()
 	})
 	before := runtime.NumGoroutine()
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { _ = mon.Start(ctx); close(done) }()
 	for i := range n {
 		s := webhookAt(fmt.Sprintf("https://hook-%d.example/x", i), v1alpha1.ProbeHTTPGet, 3)
 		s.Interval = every
 		mon.Ensure(fmt.Sprint(i), s)
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
 	began := time.Now()
+	go func() { _ = mon.Start(ctx); close(done) }()
 	peak := 0
 	for time.Since(began) < run {
 		peak = max(peak, runtime.NumGoroutine()-before)
@@ -274,7 +446,7 @@ func TestManyWebhooksOnTheSystemClock(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	most := int(elapsed/every) + 1
+	most := int(elapsed/every) + 2 // a ticker's: one a tick, and the first at once
 	for i := range n {
 		if c := counts[fmt.Sprint(i)]; c < 2 || c > most {
 			t.Errorf("webhook %d probed %d times in %s at %s, want 2..%d", i, c, elapsed.Round(time.Millisecond), every, most)
