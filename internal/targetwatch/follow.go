@@ -122,8 +122,9 @@ func (t *Targets) watch(ctx context.Context, key targetKey, v *view, rv string) 
 	if err != nil {
 		return rv, err
 	}
-	least := cmp.Or(t.watchTimeout, minWatchTimeout)
-	timeout := int64((least + rand.N(least)) / time.Second)
+	least := int64(cmp.Or(t.watchTimeout, minWatchTimeout) / time.Second)
+	timeout := least + rand.Int64N(least+1)
+	began := time.Now()
 	body, err := t.client.AdmissionregistrationV1().RESTClient().Get().Resource(resource).
 		VersionedParams(&metav1.ListOptions{FieldSelector: key.selector(), ResourceVersion: rv, Watch: true,
 			AllowWatchBookmarks: true, TimeoutSeconds: &timeout}, scheme.ParameterCodec).
@@ -138,11 +139,17 @@ func (t *Targets) watch(ctx context.Context, key targetKey, v *view, rv string) 
 	defer body.Close()
 	events := restwatch.NewDecoder(streaming.NewDecoder(stream.Framer.NewFrameReader(body), stream.Serializer),
 		scheme.Codecs.UniversalDeserializer())
-	for {
+	for seen := false; ; seen = true {
 		typ, obj, err := events.Decode()
 		switch {
-		case errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil):
-			return rv, nil // the watch's time is up, or ours
+		case err != nil && ctx.Err() != nil:
+			return rv, nil // our time is up
+		case errors.Is(err, io.EOF) && !seen && time.Since(began) < time.Second:
+			// Ended at once, with nothing: an API server shutting down, or
+			// a proxy between. Watching again at once would spin.
+			return rv, fmt.Errorf("watch %s %s: ended at once", key.kind, key.name)
+		case errors.Is(err, io.EOF):
+			return rv, nil // the watch's time is up
 		case err != nil:
 			return rv, fmt.Errorf("watch %s %s: %w", key.kind, key.name, err)
 		}
@@ -185,6 +192,9 @@ func gone(err error) bool { return apierrors.IsResourceExpired(err) || apierrors
 // a list after that, or an event, only when the version differs (a relist
 // of an unchanged configuration wakes no breaker).
 func (t *Targets) see(key targetKey, v *view, obj client.Object, list bool) {
+	if obj != nil {
+		obj.SetManagedFields(nil) // read by no one; the larger part of a small object
+	}
 	next := &snapshot{obj: obj}
 	prev := v.seen.Swap(next)
 	first := list && !v.synced.Swap(true)

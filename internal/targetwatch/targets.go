@@ -130,8 +130,12 @@ func (t *Targets) Listing(kind v1alpha1.TargetKind, name string) bool {
 	t.mu.Lock()
 	w, ok := t.watches[targetKey{kind, name}]
 	running := ok && w.stop != nil
+	var v *view
+	if running {
+		v = w.view
+	}
 	t.mu.Unlock()
-	return running && !w.view.synced.Load()
+	return running && !v.synced.Load()
 }
 
 // Users returns the breakers that target the configuration, as far as
