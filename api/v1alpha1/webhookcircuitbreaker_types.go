@@ -559,14 +559,16 @@ type OpenWindow struct {
 }
 
 // ProbeStatus is the prober's view of the webhook as of the last status
-// write: the status is written when a probe changes something shown here
-// (a verdict reached or left, the webhook becoming unprobeable, the endpoint
-// counts, lateness), not on every probe. Counts saturate at their
-// thresholds so that a steady state does not rewrite the status.
+// write: the status is written when a probe changes something a reader
+// acts on (a verdict reached, the webhook becoming unprobeable, the
+// endpoint counts, lateness), not on every probe; the counts and last
+// result between verdicts are written with the next change (or, on their
+// own, at most every 10 minutes). Counts saturate at their thresholds so
+// that a steady state does not rewrite the status.
 type ProbeStatus struct {
 	// ConsecutiveFailures counts failed probes in a row, up to failureThreshold:
 	// it stops there (the decision is made) and stays at the threshold for the
-	// rest of an outage; lastResult and lastReason keep changing.
+	// rest of an outage.
 	// +optional
 	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
 	// ConsecutiveSuccesses counts healthy probes in a row, up to

@@ -298,14 +298,19 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 	if wait := policy.FirstReportWait(b, o, r.firstSeen(b.Name, now), now); wait > 0 {
 		return statusHeld{firstWait: wait}, nil
 	}
-	if r.deferReport(b, o, status) {
+	// Nothing to write, or detail alone that waits for a change: nothing
+	// to defer either.
+	skip := equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.reportedSince(b.Name, now.Add(-detailRefresh)))
+	if skip {
+		r.Decisions.Reported(b.Name)
+	} else if r.deferReport(b, o, status) {
 		r.Metrics.DeferredReport()
 		return statusHeld{deferred: true}, nil
 	}
 	for _, e := range policy.ReportEvents(b, o.Decision, status) {
 		r.event(b, e.Type, e.Reason, e.Action, "%s", e.Message)
 	}
-	if equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.reportedSince(b.Name, now.Add(-detailRefresh))) {
+	if skip {
 		r.forgetClosed(b.Name, status)
 		return statusHeld{}, nil
 	}

@@ -95,12 +95,13 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 }
 
 // breakerEvents passes the events of a breaker that its reconcile acts on:
-// its creation and deletion, and every update but one of its status alone,
-// unless a reconcile waits for that update (readBreaker). The controller's
-// own status writes would otherwise queue each breaker again after every
-// write: a storm's thousand status writes were a thousand reconciles more,
-// competing with its decisions for the workers. Status written by others
-// (a break-glass restore, an audit) is read at the next reconcile.
+// its creation and deletion, and every update but this controller's own
+// write of its status alone, unless a reconcile waits for that write
+// (readBreaker). The controller's own status writes would otherwise queue
+// each breaker again after every write: a storm's thousand status writes
+// were a thousand reconciles more, competing with its decisions for the
+// workers. A status someone else wrote (a break-glass restore, an audit)
+// passes.
 func (r *Reconciler) breakerEvents() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -110,7 +111,8 @@ func (r *Reconciler) breakerEvents() predicate.Predicate {
 				!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) {
 				return true
 			}
-			return r.memory.get(n.GetName()).awaitsEvent
+			m := r.memory.get(n.GetName())
+			return m.awaitsEvent || m.written.now != n.GetResourceVersion()
 		},
 	}
 }

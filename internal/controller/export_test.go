@@ -25,6 +25,10 @@ func (r *Reconciler) BreakerEvents() predicate.Predicate { return r.breakerEvent
 
 // AwaitEvent marks breaker as waiting for its watch's event of this
 // controller's last write, as readBreaker does.
-func (r *Reconciler) AwaitEvent(breaker string) {
-	r.memory.update(breaker, func(m *memory) { m.awaitsEvent = true })
+func (r *Reconciler) AwaitEvent(breaker string) { r.await(breaker, true) }
+
+// Wrote remembers that this controller's last write left breaker at
+// resourceVersion rv.
+func (r *Reconciler) Wrote(breaker, rv string) {
+	r.memory.update(breaker, func(m *memory) { m.written = version{now: rv} })
 }

@@ -105,6 +105,12 @@ func (r *Reconciler) lagging(b *v1alpha1.WebhookCircuitBreaker) (lag, behind boo
 	return true, w.before == b.ResourceVersion
 }
 
+// await marks whether a reconcile of breaker waits for the watch's event
+// of this controller's last write to it.
+func (r *Reconciler) await(breaker string, on bool) {
+	r.memory.update(breaker, func(m *memory) { m.awaitsEvent = on })
+}
+
 // firstSeen is when this process first saw breaker (now, the first time).
 func (r *Reconciler) firstSeen(breaker string, now time.Time) time.Time {
 	var seen time.Time

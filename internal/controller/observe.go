@@ -46,7 +46,18 @@ func (r *Reconciler) readBreaker(ctx context.Context, req ctrl.Request) (*v1alph
 		return nil, 0, fmt.Errorf("get breaker %s: %w", req.Name, err)
 	}
 	lag, behind := r.lagging(&b)
-	r.memory.update(b.Name, func(m *memory) { m.awaitsEvent = lag && behind && !decision })
+	if lag && behind && !decision {
+		// Mark the wait before looking again: the event may have come
+		// since the read, and the watch's filter passes it only once the
+		// mark is there (breakerEvents).
+		r.await(b.Name, true)
+		if err := r.Client.Get(ctx, req.NamespacedName, &b); err == nil {
+			lag, behind = r.lagging(&b)
+		}
+	}
+	if !lag || !behind || decision {
+		r.await(b.Name, false)
+	}
 	switch {
 	case !lag:
 		return &b, 0, nil

@@ -176,6 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b == nil || err != nil {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
+	r.firstSeen(b.Name, r.Clock.Now()) // a new breaker's first status waits from here at most
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
 		"target", b.Spec.Target.ConfigurationKey(), "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()

@@ -135,10 +135,12 @@ func TestDetailWaitsForAChange(t *testing.T) {
 
 // TestOwnStatusWritesDoNotQueueTheBreaker: the breakers' watch passes what
 // a reconcile acts on (spec, annotations, labels, finalizers, deletion),
-// not an update of the status alone, unless a reconcile waits for it.
+// and a status someone else wrote, not this controller's own write of the
+// status alone, unless a reconcile waits for it.
 func TestOwnStatusWritesDoNotQueueTheBreaker(t *testing.T) {
 	r := &controller.Reconciler{}
 	pred := r.BreakerEvents()
+	r.Wrote("b", "2") // this controller's write left it at 2
 	base := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1,
 		Annotations: map[string]string{"a": "1"}, Labels: map[string]string{"l": "1"}, Finalizers: []string{controller.Finalizer}}}
 	for _, c := range []struct {
@@ -146,7 +148,8 @@ func TestOwnStatusWritesDoNotQueueTheBreaker(t *testing.T) {
 		change func(*v1alpha1.WebhookCircuitBreaker)
 		want   bool
 	}{
-		{"the status alone", func(w *v1alpha1.WebhookCircuitBreaker) { w.Status.State = v1alpha1.StateOpen; w.ResourceVersion = "2" }, false},
+		{"the status alone, by this controller", func(w *v1alpha1.WebhookCircuitBreaker) { w.Status.State = v1alpha1.StateOpen; w.ResourceVersion = "2" }, false},
+		{"the status alone, by someone else", func(w *v1alpha1.WebhookCircuitBreaker) { w.Status.State = v1alpha1.StateClosed; w.ResourceVersion = "3" }, true},
 		{"the spec", func(w *v1alpha1.WebhookCircuitBreaker) { w.Generation = 2 }, true},
 		{"an annotation (re-arm)", func(w *v1alpha1.WebhookCircuitBreaker) { w.Annotations = map[string]string{"a": "2"} }, true},
 		{"a label", func(w *v1alpha1.WebhookCircuitBreaker) { w.Labels = nil }, true},
@@ -160,7 +163,7 @@ func TestOwnStatusWritesDoNotQueueTheBreaker(t *testing.T) {
 		}
 	}
 	next := base.DeepCopy()
-	next.Status.State = v1alpha1.StateOpen
+	next.Status.State, next.ResourceVersion = v1alpha1.StateOpen, "2"
 	r.AwaitEvent("b")
 	if !pred.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: next}) {
 		t.Error("the status write a reconcile waits for was not passed")

@@ -373,7 +373,10 @@ func probeVerdict(s v1alpha1.ProbeStatus, p v1alpha1.ResolvedProbe) string {
 // created together would otherwise write each status twice, a moment
 // apart. The wait ends (max(failureThreshold, successThreshold) + 2)
 // intervals after seen, when this process first saw the breaker (not its
-// creation, which the API server's clock stamped), verdict or not.
+// creation, which the API server's clock stamped), and at most
+// MaxFirstReportWait after it, verdict or not: what the status says of
+// the chain (Preflight) or of a controller too busy to probe on time
+// (ProbesLate, ControllerStarved) waits no longer than that.
 func FirstReportWait(b *v1alpha1.WebhookCircuitBreaker, o Outcome, seen, now time.Time) time.Duration {
 	d, h := o.Decision, o.Observed.Health
 	switch {
@@ -384,6 +387,10 @@ func FirstReportWait(b *v1alpha1.WebhookCircuitBreaker, o Outcome, seen, now tim
 		return 0
 	}
 	p := b.Spec.Resolve().Probe
-	until := seen.Add(time.Duration(max(p.FailureThreshold, p.SuccessThreshold)+2) * p.Interval)
+	until := seen.Add(min(time.Duration(max(p.FailureThreshold, p.SuccessThreshold)+2)*p.Interval, MaxFirstReportWait))
 	return max(until.Sub(now), 0)
 }
+
+// MaxFirstReportWait bounds how long a new breaker's first status waits
+// for its probes' verdict (see FirstReportWait).
+const MaxFirstReportWait = 30 * time.Second

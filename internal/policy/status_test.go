@@ -185,6 +185,9 @@ func TestFirstReportWait(t *testing.T) {
 	}{
 		{name: "probes not decided yet: waits", now: 2 * time.Second, waitOK: true},
 		{name: "past the deadline: written", now: deadline},
+		{name: "slow probes wait at most 30 s", b: func(b *v1alpha1.WebhookCircuitBreaker) {
+			b.Spec.Probe.Interval = &metav1.Duration{Duration: 30 * time.Second}
+		}, now: MaxFirstReportWait},
 		{name: "the probes decided Healthy", o: func(o *Outcome) { o.Observed.Health.Verdict = probe.VerdictHealthy }, now: time.Second},
 		{name: "the probes decided Unhealthy", o: func(o *Outcome) { o.Observed.Health.Verdict = probe.VerdictUnhealthy }, now: time.Second},
 		{name: "the webhook cannot be probed", o: func(o *Outcome) { o.Observed.Health.Last.Status = probe.Unknown }, now: time.Second},

@@ -107,9 +107,9 @@ func (c *checker) probe(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, 
 	case pu != nil && pu.Status == metav1.ConditionTrue:
 		add(CheckProbe, Problem, "the controller cannot probe the webhook, so it can neither open nor close the circuit: %s", pu.Message)
 	case st.Probe.LastResult == string(probe.Healthy):
-		add(CheckProbe, OK, "the controller's probes reach the webhook (last: %s)", st.Probe.LastReason)
+		add(CheckProbe, OK, "the controller's probes reach the webhook (as of its last status write: %s)", st.Probe.LastReason)
 	case st.Probe.LastResult == string(probe.Unhealthy):
-		add(CheckProbe, Warning, "the controller's last probe failed (%s): an outage, or no network path from the controller to the webhook", st.Probe.LastReason)
+		add(CheckProbe, Warning, "the controller's probe failed as of its last status write (%s): an outage, or no network path from the controller to the webhook", st.Probe.LastReason)
 	case st.Probe.LastResult == "":
 		add(CheckProbe, Warning, "no probe result from the controller yet (is it running, and does it lead?)")
 	default:
