@@ -34,8 +34,9 @@ type sample struct {
 	at                  time.Time
 	cpu                 float64 // seconds
 	probes, alloc, reqs float64
-	conns               int64
+	conns, served       int64
 	goroutines, rss     float64
+	anon                float64 // MiB of RSS that is not the binary's mapped pages
 	healthy             float64
 	// byKind: the controller's probe results by result, and its API
 	// requests by method.
@@ -47,8 +48,8 @@ type cost struct {
 	name                       string
 	secs, cpu, probes, healthy float64
 	allocPerProbe, reqs        float64
-	conns                      int64
-	rss, goroutines            float64
+	conns, served              int64
+	rss, anon, goroutines      float64
 }
 
 func (c cost) cpuShare() float64    { return c.cpu / c.secs }
@@ -59,7 +60,7 @@ func (c cost) healthyRate() float64 { return c.healthy / c.secs }
 func between(name string, a, b sample) cost {
 	return cost{name: name, secs: b.at.Sub(a.at).Seconds(), cpu: b.cpu - a.cpu, probes: b.probes - a.probes,
 		healthy: b.healthy - a.healthy, allocPerProbe: (b.alloc - a.alloc) / (b.probes - a.probes), reqs: b.reqs - a.reqs,
-		conns: b.conns - a.conns, rss: b.rss, goroutines: b.goroutines}
+		conns: b.conns - a.conns, served: b.served - a.served, rss: b.rss, anon: b.anon, goroutines: b.goroutines}
 }
 
 func runCost(o options) error {
@@ -119,7 +120,7 @@ func runCost(o options) error {
 	fmt.Printf("controller: %d breakers Closed and healthy %.1f s after the last create\n", o.n, readyAfter.Seconds())
 	pid := ctrlProc.Process.Pid
 	ctrlSample := func() sample {
-		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), rss: rssMiB(pid), byKind: map[string]float64{}}
+		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), served: serverRequests.Load(), rss: rssMiB(pid), anon: anonMiB(pid), byKind: map[string]float64{}}
 		scrapeMetrics(metricsAddr, func(line string) {
 			name, rest, _ := strings.Cut(line, "{")
 			i := strings.LastIndexByte(line, ' ')
@@ -171,18 +172,19 @@ func runCost(o options) error {
 
 	fmt.Printf("load average at the end: %s (this run's processes included)\n", loadavg())
 	base := (before.cpuShare() + after.cpuShare()) / 2
-	fmt.Printf("\n| probe | breakers | servers | plain client CPU (before / after) | plain µs/probe | controller CPU | controller µs/probe | ratio (goal ≤ 2) | controller RSS | goroutines (per breaker) | API req/s | alloc/probe plain / controller | new connections in windows (plain / controller / plain) |\n")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	fmt.Printf("| %s | %d | %d | %.1f / %.1f %% | %.0f | %.1f %% | %.0f | %.1f× | %.0f MiB | %.0f (%.2f) | %.2f | %.1f / %.1f KiB | %d / %d / %d |\n",
+	fmt.Printf("\n| probe | breakers | servers | plain client CPU (before / after) | plain µs/probe | controller CPU | controller µs/probe | ratio (goal ≤ 2) | requests/s at the servers, plain / controller | controller RSS (anonymous) | goroutines (per breaker) | API req/s | alloc/probe plain / controller | new connections in windows (plain / controller / plain) |\n")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| %s | %d | %d | %.1f / %.1f %% | %.0f | %.1f %% | %.0f | %.1f× | %.0f / %.0f | %.0f MiB (%.0f) | %.0f (%.2f) | %.2f | %.1f / %.1f KiB | %d / %d / %d |\n",
 		kind, o.n, nServers, 100*before.cpuShare(), 100*after.cpuShare(), 1e6*(before.cpu+after.cpu)/(before.probes+after.probes),
-		100*ctrl.cpuShare(), ctrl.usPerProbe(), ctrl.cpuShare()/base, ctrl.rss, ctrl.goroutines, ctrl.goroutines/float64(o.n),
+		100*ctrl.cpuShare(), ctrl.usPerProbe(), ctrl.cpuShare()/base, float64(before.served+after.served)/(before.secs+after.secs), float64(ctrl.served)/ctrl.secs,
+		ctrl.rss, ctrl.anon, ctrl.goroutines, ctrl.goroutines/float64(o.n),
 		ctrl.reqs/ctrl.secs, (before.allocPerProbe+after.allocPerProbe)/2/1024, ctrl.allocPerProbe/1024, before.conns, ctrl.conns, after.conns)
 	return nil
 }
 
 func report(c cost) {
-	fmt.Printf("  %-10s %5.1f %% of a core, %4.0f µs/probe, %6.1f probes/s (%6.1f healthy), %.1f KiB allocated/probe, RSS %.0f MiB, %.0f goroutines, %d new server connections, %.0f API requests\n",
-		c.name, 100*c.cpuShare(), c.usPerProbe(), c.probeRate(), c.healthyRate(), c.allocPerProbe/1024, c.rss, c.goroutines, c.conns, c.reqs)
+	fmt.Printf("  %-10s %5.1f %% of a core, %4.0f µs/probe, %6.1f probes/s (%6.1f healthy), %.0f requests/s served, %.1f KiB allocated/probe, RSS %.0f MiB (%.0f anonymous), %.0f goroutines, %d new server connections, %.0f API requests\n",
+		c.name, 100*c.cpuShare(), c.usPerProbe(), c.probeRate(), c.healthyRate(), float64(c.served)/c.secs, c.allocPerProbe/1024, c.rss, c.anon, c.goroutines, c.conns, c.reqs)
 }
 
 // plainClient is the built baseline and its arguments.
@@ -246,7 +248,7 @@ func (p *plainClient) measure(o options) (cost, error) {
 	lines := bufio.NewScanner(out)
 	pid := cmd.Process.Pid
 	read := func() (sample, error) {
-		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), rss: rssMiB(pid)}
+		s := sample{at: time.Now(), cpu: cpuSeconds(pid), conns: serverConns.Load(), served: serverRequests.Load(), rss: rssMiB(pid), anon: anonMiB(pid)}
 		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 			return s, err
 		}

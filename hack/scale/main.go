@@ -198,7 +198,7 @@ func run(o options) error {
 		}
 	}
 	secs := steady.Seconds()
-	rss := rssMiB(ctrlProc.Process.Pid)
+	rss, anon := rssMiB(ctrlProc.Process.Pid), anonMiB(ctrlProc.Process.Pid)
 	steadyG := gauges(metricsAddr)
 
 	fmt.Printf("fault in every webhook (%s)...\n", o.fault)
@@ -225,11 +225,11 @@ func run(o options) error {
 		return err
 	}
 
-	fmt.Printf("\n| breakers | configurations × webhooks | servers | fault | all Closed+healthy after the last create | controller CPU | API req/s | API server CPU | RSS | goroutines (per breaker) | open files | fault → first / last open (goal %s) | recovery → first / last closed (goal %s) | storm peak RSS / goroutines / files | configurations changed after |\n",
+	fmt.Printf("\n| breakers | configurations × webhooks | servers | fault | all Closed+healthy after the last create | controller CPU | API req/s | API server CPU | RSS (anonymous) | goroutines (per breaker) | open files | fault → first / last open (goal %s) | recovery → first / last closed (goal %s) | storm peak RSS / goroutines / files | configurations changed after |\n",
 		failureThreshold*interval+2*time.Second, successThreshold*interval+3*time.Second)
 	fmt.Println("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	fmt.Printf("| %d | %d × %d | %d | %s | %.1f s | %.1f %% | %.2f | %.1f %% | %.0f MiB | %.0f (%.1f) | %.0f | %.2f / %.2f s | %.2f / %.2f s | %.0f MiB / %.0f / %.0f | %d |\n",
-		n, configs, o.perConfig, nServers, o.fault, readyAfter.Seconds(), 100*(cpu1-cpu0)/secs, (req1-req0)/secs, 100*(api1-api0)/secs, rss,
+	fmt.Printf("| %d | %d × %d | %d | %s | %.1f s | %.1f %% | %.2f | %.1f %% | %.0f MiB (%.0f) | %.0f (%.1f) | %.0f | %.2f / %.2f s | %.2f / %.2f s | %.0f MiB / %.0f / %.0f | %d |\n",
+		n, configs, o.perConfig, nServers, o.fault, readyAfter.Seconds(), 100*(cpu1-cpu0)/secs, (req1-req0)/secs, 100*(api1-api0)/secs, rss, anon,
 		steadyG["go_goroutines"], steadyG["go_goroutines"]/float64(n), steadyG["process_open_fds"],
 		firstOpen.Seconds(), lastOpen.Seconds(), firstClose.Seconds(), lastClose.Seconds(),
 		peaks.rss, peaks.goroutines, peaks.fds, changed)
@@ -280,8 +280,9 @@ func serverOf(o options, addrs []string, i, j int) string {
 	return addrs[i%len(addrs)]
 }
 
-// serverConns counts the connections the webhook servers accepted.
-var serverConns atomic.Int64
+// serverConns counts the connections the webhook servers accepted, and
+// serverRequests the requests they served.
+var serverConns, serverRequests atomic.Int64
 
 // answerReview allows an AdmissionReview, answering its UID, as a webhook
 // that mutates nothing does.
@@ -312,6 +313,7 @@ func webhookServers(n int, down *atomic.Bool, fault string) (addrs []string, caP
 		return nil, nil, nil, err
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serverRequests.Add(1)
 		if down.Load() {
 			if fault == "503" {
 				http.Error(w, "injected fault", http.StatusServiceUnavailable)
@@ -617,7 +619,18 @@ func openFiles(pid int) float64 {
 	return float64(len(fds))
 }
 
+// anonMiB is the part of a process's RSS that is its own memory (heap,
+// stacks), not the pages of its binary that are mapped from the file.
+func anonMiB(pid int) float64 {
+	return statusKiB(pid, "RssAnon:") / 1024
+}
+
 func rssMiB(pid int) float64 {
+	return statusKiB(pid, "VmRSS:") / 1024
+}
+
+// statusKiB reads one kB field of /proc/<pid>/status.
+func statusKiB(pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -625,9 +638,9 @@ func rssMiB(pid int) float64 {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(s.Text(), field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
+			return kb
 		}
 	}
 	return 0
