@@ -149,7 +149,10 @@ func TestOwnStatusWritesDoNotQueueTheBreaker(t *testing.T) {
 		want   bool
 	}{
 		{"the status alone, by this controller", func(w *v1alpha1.WebhookCircuitBreaker) { w.Status.State = v1alpha1.StateOpen; w.ResourceVersion = "2" }, false},
-		{"the status alone, by someone else", func(w *v1alpha1.WebhookCircuitBreaker) { w.Status.State = v1alpha1.StateClosed; w.ResourceVersion = "3" }, true},
+		{"the status alone, by someone else", func(w *v1alpha1.WebhookCircuitBreaker) {
+			w.Status.State = v1alpha1.StateClosed
+			w.ResourceVersion = "3"
+		}, true},
 		{"the spec", func(w *v1alpha1.WebhookCircuitBreaker) { w.Generation = 2 }, true},
 		{"an annotation (re-arm)", func(w *v1alpha1.WebhookCircuitBreaker) { w.Annotations = map[string]string{"a": "2"} }, true},
 		{"a label", func(w *v1alpha1.WebhookCircuitBreaker) { w.Labels = nil }, true},
