@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -87,5 +89,25 @@ func TestKlogWritesThroughTheLogger(t *testing.T) {
 	}
 	if line["msg"] != "Failed to watch" || line["reflector"] == nil || line["level"] != "error" {
 		t.Fatalf("klog's line through the logger: %v", line)
+	}
+}
+
+// TestGCPercent: the controller's own GOGC applies only when the
+// environment names none; an operator's GOGC wins.
+func TestGCPercent(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+
+	t.Setenv("GOGC", "") // restored after the test
+	os.Unsetenv("GOGC")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("GOGC unset: GC percent %d, want %d", got, gcPercent)
+	}
+
+	t.Setenv("GOGC", "100")
+	setGCPercent()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100 set: GC percent %d, want the environment's 100", got)
 	}
 }
