@@ -67,7 +67,8 @@ func newReplicas(env *testenv.Env, quota float64) (*replicas, error) {
 		return nil, err
 	}
 	bin := filepath.Join(dir, "tripswitch")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/tripswitch")
+	build := exec.Command("go", releaseBuild("-o", bin, "./cmd/tripswitch")...) // as `make build` and the image build it
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build controller: %w\n%s", err, out)
