@@ -5,15 +5,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/testenv"
@@ -155,6 +159,9 @@ func runCost(o options) error {
 		}
 	}
 	fmt.Println()
+	if err := printEvents(ctx, env, a.at, b.at); err != nil {
+		return err
+	}
 	if *pprofAddr != "" {
 		// After the window, so that profiling does not cost the measure.
 		if err := saveProfiles(*pprofAddr, o.steady); err != nil {
@@ -292,6 +299,31 @@ func loadavg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// printEvents prints the reasons of the events the controller sent between
+// from and to: what its API requests in a window were for.
+func printEvents(ctx context.Context, env *testenv.Env, from, to time.Time) error {
+	var list eventsv1.EventList
+	if err := env.Client.List(ctx, &list); err != nil {
+		return fmt.Errorf("list events: %w", err)
+	}
+	by := map[string]int{}
+	for _, e := range list.Items {
+		if at := e.EventTime.Time; !at.Before(from) && at.Before(to) {
+			by[e.Reason+" ("+e.Type+")"]++
+		}
+	}
+	if len(by) == 0 {
+		return nil
+	}
+	reasons := slices.Sorted(maps.Keys(by))
+	fmt.Print("    events in the window:")
+	for _, r := range reasons {
+		fmt.Printf(" %s %d", r, by[r])
+	}
+	fmt.Println()
+	return nil
 }
 
 // saveProfiles saves the controller's CPU profile over d, an execution

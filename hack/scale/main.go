@@ -83,6 +83,7 @@ func main() {
 		return nil
 	})
 	flag.Float64Var(&o.cpuQuota, "cpu-quota", 0, "starve: each replica's CPU limit in cores (0.15 is 150m), as a cgroup quota over 100 ms periods; needs root; 0 means none")
+	flag.IntVar(&o.cpuShares, "cpu-shares", 0, "storm: the controller runs in a cgroup of this CPU weight (cpu.shares: 1024 per CPU requested, as the kubelet sets it), so that on this shared machine it gets the CPU a request gives it on a busy node; needs root; 0 means none")
 	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
 	flag.Func("env", "KEY=VALUE added to the controller's environment (repeatable), as a pod spec would set it: GOMAXPROCS=1, GOMEMLIMIT=90MiB", func(v string) error {
 		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
@@ -94,8 +95,8 @@ func main() {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the controller's own log is the one to read
 	if o.n < 1 || o.perConfig < 1 || (o.servers != "config" && o.servers != "webhook") || (o.fault != "slow" && o.fault != "503") ||
-		(o.scenario != "storm" && o.scenario != "starve" && o.scenario != "cost") || o.cpuQuota < 0 {
-		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503, -scenario storm|starve|cost, -cpu-quota not negative")
+		(o.scenario != "storm" && o.scenario != "starve" && o.scenario != "cost") || o.cpuQuota < 0 || o.cpuShares < 0 || o.cpuShares > 262144 {
+		fmt.Fprintln(os.Stderr, "scale: -n and -per-config must be positive, -servers config|webhook, -fault slow|503, -scenario storm|starve|cost, -cpu-quota not negative, -cpu-shares 0 to 262144")
 		os.Exit(2)
 	}
 	run := run
@@ -117,6 +118,7 @@ type options struct {
 	steady, warmup time.Duration
 	scenario       string
 	cpuQuota       float64
+	cpuShares      int
 }
 
 // slowBy is how late every answer is during the slow fault: past the
@@ -152,6 +154,18 @@ func run(o options) error {
 		return err
 	}
 	defer func() { _ = ctrlProc.Process.Kill(); _, _ = ctrlProc.Process.Wait() }()
+	if o.cpuShares > 0 {
+		dir, err := weightCgroup(fmt.Sprintf("tripswitch-scale-%d", ctrlProc.Process.Pid), o.cpuShares, ctrlProc.Process.Pid)
+		if err != nil {
+			return err
+		}
+		defer func() { // a cgroup with a process in it cannot be removed
+			_ = ctrlProc.Process.Kill()
+			_, _ = ctrlProc.Process.Wait()
+			_ = os.Remove(dir)
+		}()
+		fmt.Printf("controller in cgroup %s (CPU weight %d shares)\n", dir, o.cpuShares)
+	}
 
 	// Watched, not polled: see counter.
 	ready, err := newCounter(ctx, env, &v1alpha1.WebhookCircuitBreaker{}, readyCount)

@@ -214,26 +214,43 @@ func (rs *replicas) cpu() (usage float64, periods, throttled int64) {
 // periods (v1 cpu controller, else v2) and moves pid into it.
 func cpuCgroup(name string, share float64, pid int) (string, error) {
 	quota := int(share * 100_000)
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
-		dir := filepath.Join("/sys/fs/cgroup/cpu", name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return "", fmt.Errorf("cgroup: %w", err)
-		}
-		for f, v := range map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.Itoa(quota)} {
-			if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil {
-				return "", fmt.Errorf("cgroup %s: %w", f, err)
-			}
-		}
-		return dir, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+	return cgroupWith(name, pid,
+		map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.Itoa(quota)},
+		map[string]string{"cpu.max": fmt.Sprintf("%d 100000", quota)})
+}
+
+// weightCgroup makes a cgroup whose CPU weight is shares (v1 cpu.shares,
+// 1024 for a whole CPU, as the kubelet sets from a CPU request; v2
+// cpu.weight, converted as the kubelet does) and moves pid into it.
+func weightCgroup(name string, shares int, pid int) (string, error) {
+	weight := 1 + ((shares-2)*9999)/262142
+	return cgroupWith(name, pid,
+		map[string]string{"cpu.shares": strconv.Itoa(shares)},
+		map[string]string{"cpu.weight": strconv.Itoa(weight)})
+}
+
+// cgroupWith makes cgroup name under the v1 cpu controller with files v1,
+// else under the v2 hierarchy with files v2, and moves pid into it.
+func cgroupWith(name string, pid int, v1, v2 map[string]string) (string, error) {
+	root, files := "/sys/fs/cgroup", v2
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err == nil {
+		root, files = "/sys/fs/cgroup/cpu", v1
 	}
-	dir := filepath.Join("/sys/fs/cgroup", name)
+	dir := filepath.Join(root, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroup: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu.max"), fmt.Appendf(nil, "%d 100000", quota), 0o644); err != nil {
-		return "", fmt.Errorf("cgroup cpu.max: %w", err)
+	for f, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil {
+			_ = os.Remove(dir)
+			return "", fmt.Errorf("cgroup %s: %w", f, err)
+		}
 	}
-	return dir, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		_ = os.Remove(dir)
+		return "", fmt.Errorf("cgroup %s: move %d: %w", dir, pid, err)
+	}
+	return dir, nil
 }
 
 // opens counts every circuit record that appears on a configuration, with
