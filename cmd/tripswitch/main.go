@@ -62,9 +62,10 @@ func main() {
 // gcPercent is the controller's GOGC unless its environment sets one. Its
 // live heap is small (about 30 MiB at 1,000 breakers) and what it
 // allocates is short-lived: Go's default headroom of the whole live heap
-// again made the heap, not the breakers, most of its memory. A quarter
-// costs no CPU that can be measured at 1,000 breakers, and a storm's peak
-// RSS is a quarter lower (docs/scale.md, "Memory").
+// again made the heap, not the breakers, most of its memory. At 1,000
+// breakers a quarter cost CPU within the measurements' noise and made the
+// steady RSS and a storm's peak about a quarter lower (docs/scale.md,
+// "Memory").
 const gcPercent = 25
 
 // setGCPercent sets gcPercent when GOGC is not set.
