@@ -33,6 +33,17 @@ func (r *requests) Probe(_ context.Context, t probe.Target) probe.Result {
 	return probe.Result{Status: r.status, Reason: "scripted"}
 }
 
+// keys is how many distinct probe keys were probed, and how many probes.
+func (r *requests) keys() (keys, probes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, tgt := range r.got {
+		seen[tgt.Key] = true
+	}
+	return len(seen), len(r.got)
+}
+
 // webhookAt is the settings of a URL webhook at path, probed on /healthz
 // (HTTPGet) unless kind says otherwise.
 func webhookAt(url string, kind v1alpha1.ProbeKind, failures int32) probe.Settings {
@@ -87,16 +98,10 @@ func TestWebhooksOfOneDestinationShareEachProbe(t *testing.T) {
 		t.Fatalf("after 5 shared failures: a %s (%d of 2), b %s (%d of 5); want both Unhealthy at their own thresholds",
 			a.Verdict, a.ConsecutiveFailures, b.Verdict, b.ConsecutiveFailures)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	keys := map[string]bool{}
-	for _, tgt := range p.got {
-		keys[tgt.Key] = true
-	}
 	// Each probe served both: the prober saw one request per probe either
 	// saw (at most one more, in flight while the test counted).
-	if len(keys) != 1 || len(p.got) > 6 {
-		t.Fatalf("%d requests under %d keys for two webhooks that are one request; want one key, at most 6 requests", len(p.got), len(keys))
+	if keys, probes := p.keys(); keys != 1 || probes > 6 {
+		t.Fatalf("%d requests under %d keys for two webhooks that are one request; want one key, at most 6 requests", probes, keys)
 	}
 }
 
@@ -138,14 +143,8 @@ func TestProbesThatDifferAreNotShared(t *testing.T) {
 			h.mon.Ensure("base", base)
 			h.mon.Ensure("other", vary(base))
 			h.waitProbes(2, "base", "other")
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			keys := map[string]bool{}
-			for _, tgt := range p.got {
-				keys[tgt.Key] = true
-			}
-			if len(keys) != 2 {
-				t.Fatalf("probes under %d keys, want 2 (one each)", len(keys))
+			if keys, _ := p.keys(); keys != 2 {
+				t.Fatalf("probes under %d keys, want 2 (one each)", keys)
 			}
 		})
 	}
@@ -362,14 +361,8 @@ func TestAServiceAndAURLAreNotOneProbe(t *testing.T) {
 	h.mon.Ensure("url", url)
 	h.mon.Ensure("svc", svc)
 	h.waitProbes(1, "url", "svc")
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	keys := map[string]bool{}
-	for _, tgt := range p.got {
-		keys[tgt.Key] = true
-	}
-	if len(keys) != 2 {
-		t.Fatalf("%d requests under %d keys: a Service webhook and a URL webhook shared an endpoint-mode probe", len(p.got), len(keys))
+	if keys, probes := p.keys(); keys != 2 {
+		t.Fatalf("%d requests under %d keys: a Service webhook and a URL webhook shared an endpoint-mode probe", probes, keys)
 	}
 }
 
