@@ -167,7 +167,7 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 	if err := r.patch(ctx, obs.Config, d.Write, all); err != nil {
 		return obs.State, err
 	}
-	r.config(b.Spec.Target).wrote(obs.Config.Object.GetResourceVersion())
+	r.configs.Wrote(b.Spec.Target.ConfigurationKey(), obs.Config.Object.GetResourceVersion())
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	for i, c := range all {
 		in := ""
@@ -289,18 +289,19 @@ type statusHeld struct {
 }
 
 // report writes the status if it changed, with its events
-// (policy.ReportEvents), unless it waits (see reported).
+// (policy.ReportEvents), unless it waits (policy.FirstReportWait,
+// policy.DetailOnly with statusbook, deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (statusHeld, error) {
 	status := policy.NextStatus(b, o)
 	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	now := r.Clock.Now()
-	if wait := policy.FirstReportWait(b, o, r.firstSeen(b.Name, now), now); wait > 0 {
+	if wait := policy.FirstReportWait(b, o, r.statuses.FirstSeen(b.Name, now), now); wait > 0 {
 		return statusHeld{firstWait: wait}, nil
 	}
 	// Nothing to write, or detail alone that waits for a change: nothing
 	// to defer either.
-	skip := equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.reportedSince(b.Name, now.Add(-detailRefresh)))
+	skip := equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.statuses.DetailWaits(b.Name, now))
 	if skip {
 		r.Decisions.Reported(b.Name)
 	} else if r.deferReport(b, o, status) {
@@ -320,15 +321,10 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		return statusHeld{}, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
 	r.wrote(b, before)
-	r.reported(b.Name, now)
+	r.statuses.Wrote(b.Name, now)
 	r.forgetClosed(b.Name, status)
 	return statusHeld{}, nil
 }
-
-// detailRefresh is how long a status whose only change is detail (see
-// policy.DetailOnly) waits for another change to carry it before it is
-// written on its own, at a reconcile (at least every resync).
-const detailRefresh = 10 * time.Minute
 
 // deferReport reports whether b's status write waits because more breakers
 // are queued for decisions than the workers serve at once: in a storm

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
@@ -28,36 +28,6 @@ import (
 // breaker naming a webhook is reconciled again when another breaker naming
 // it is created or deleted.
 
-// TargetIndexField indexes breakers by Target.Key in the manager's cache
-// (Setup registers it with IndexTarget).
-const TargetIndexField = "spec.target.key"
-
-// WebhookIndexField indexes breakers by Target.SignalKey: the API server counts a
-// webhook's calls by name and type, whatever its configuration.
-const WebhookIndexField = "spec.target.webhook"
-
-// indexKeys are the breaker indexes and the key each one files a breaker
-// under.
-var indexKeys = map[string]func(v1alpha1.Target) string{TargetIndexField: v1alpha1.Target.Key, WebhookIndexField: v1alpha1.Target.SignalKey}
-
-// IndexTarget registers TargetIndexField and WebhookIndexField with the
-// manager's cache.
-func IndexTarget(ctx context.Context, mgr ctrl.Manager) error {
-	for field, key := range indexKeys {
-		err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebhookCircuitBreaker{}, field, func(o client.Object) []string {
-			b, ok := o.(*v1alpha1.WebhookCircuitBreaker)
-			if !ok {
-				return nil
-			}
-			return []string{key(b.Spec.Target)}
-		})
-		if err != nil {
-			return fmt.Errorf("index breakers by %s: %w", field, err)
-		}
-	}
-	return nil
-}
-
 // watchPeers reconciles, when a breaker was created, deleted, or started
 // being deleted (the only changes that can change which of them owns a
 // webhook: creationTimestamp and the target are immutable), the breakers
@@ -69,7 +39,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 		if !ok {
 			return nil
 		}
-		list, err := r.named(ctx, WebhookIndexField, b.Spec.Target.SignalKey())
+		list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByWebhook, b.Spec.Target.SignalKey())
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "list the breakers naming the same webhook", "breaker", b.Name)
 			return nil
@@ -119,7 +89,7 @@ func (r *Reconciler) breakerEvents() predicate.Predicate {
 
 // peers are the other breakers that name b's webhook.
 func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	list, err := r.named(ctx, TargetIndexField, b.Spec.Target.Key())
+	list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByTarget, b.Spec.Target.Key())
 	out := list[:0]
 	for _, p := range list {
 		if p.Name != b.Name {
@@ -127,30 +97,6 @@ func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		}
 	}
 	return out, err
-}
-
-// named lists the breakers whose field (TargetIndexField or
-// WebhookIndexField) is key: through the cache's index when it has one,
-// else by listing every breaker.
-func (r *Reconciler) named(ctx context.Context, field, key string) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	of := indexKeys[field]
-	var list v1alpha1.WebhookCircuitBreakerList
-	var err error
-	if r.TargetIndexed {
-		err = r.Client.List(ctx, &list, client.MatchingFields{field: key})
-	} else {
-		err = r.Client.List(ctx, &list)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list breakers naming webhook %s: %w", key, err)
-	}
-	out := list.Items[:0]
-	for _, p := range list.Items {
-		if of(p.Spec.Target) == key {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }
 
 // conflictWinner names the breaker that owns b's webhook when it is not b:

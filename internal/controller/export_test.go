@@ -3,13 +3,17 @@ package controller
 import "sigs.k8s.io/controller-runtime/pkg/predicate"
 
 // Remembers names the stores in which r still keeps something of breaker:
-// its own memory, the decision queue's count, and the metrics' series.
+// its own memory, its status times, the decision queue's count, and the
+// metrics' series.
 // The collaborators outside the process's memory (probe monitor, API
 // server signal, target watches) are checked by their fakes.
 func Remembers(r *Reconciler, breaker string) []string {
 	var kept []string
 	if r.memory.has(breaker) {
 		kept = append(kept, "memory")
+	}
+	if r.statuses.Knows(breaker) {
+		kept = append(kept, "status times")
 	}
 	if r.Decisions.Knows(breaker) {
 		kept = append(kept, "decisions")

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"sync"
-	"time"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
@@ -23,10 +22,6 @@ type memory struct {
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
-	// reported is when this process last wrote the breaker's status.
-	reported time.Time
-	// seen is when this process first reconciled the breaker.
-	seen time.Time
 	// awaitsEvent: a reconcile waits for the watch's event of this
 	// controller's last write to the breaker (see readBreaker), which
 	// breakerEvents lets through even if that write was of its status.
@@ -75,7 +70,8 @@ func (s *memories) has(breaker string) bool {
 
 // forget drops everything kept of a breaker that is gone, or whose
 // finalizer was released: its memory here and what each collaborator keeps
-// of it (probes, API server signal, metrics, queued decisions, watch).
+// of it (probes, API server signal, metrics, queued decisions, watch,
+// status times).
 func (r *Reconciler) forget(breaker string) {
 	r.Health.Stop(breaker)
 	r.Signals.Stop(breaker)
@@ -83,6 +79,7 @@ func (r *Reconciler) forget(breaker string) {
 	r.Decisions.Forget(breaker)
 	r.Targets.Forget(breaker)
 	r.chains.Forget(breaker)
+	r.statuses.Forget(breaker)
 	r.memory.update(breaker, func(m *memory) { *m = memory{} })
 }
 
@@ -111,28 +108,6 @@ func (r *Reconciler) await(breaker string, on bool) {
 	r.memory.update(breaker, func(m *memory) { m.awaitsEvent = on })
 }
 
-// firstSeen is when this process first saw breaker (now, the first time).
-func (r *Reconciler) firstSeen(breaker string, now time.Time) time.Time {
-	var seen time.Time
-	r.memory.update(breaker, func(m *memory) {
-		if m.seen.IsZero() {
-			m.seen = now
-		}
-		seen = m.seen
-	})
-	return seen
-}
-
-// reported remembers when this process wrote breaker's status.
-func (r *Reconciler) reported(breaker string, at time.Time) {
-	r.memory.update(breaker, func(m *memory) { m.reported = at })
-}
-
-// reportedSince reports whether this process wrote breaker's status after t.
-func (r *Reconciler) reportedSince(breaker string, t time.Time) bool {
-	return r.memory.get(breaker).reported.After(t)
-}
-
 // closedBy remembers that this process closed breaker's circuit: should its
 // status write come later, the window still closes with this reason and time.
 func (r *Reconciler) closedBy(breaker string, n policy.ClosedNote) {
@@ -148,57 +123,16 @@ func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuit
 	})
 }
 
-// configMemory is what this process remembers of one target configuration.
-type configMemory struct {
-	mu sync.Mutex
-	// held: a reconcile holds the configuration's write lock; waiting are
-	// the breakers that found it taken.
-	held    bool
-	waiting map[string]struct{}
-	// last is the resourceVersion of this process's last write to it.
-	last string
-}
-
-func (r *Reconciler) config(t v1alpha1.Target) *configMemory {
-	v, _ := r.configs.LoadOrStore(t.ConfigurationKey(), &configMemory{waiting: map[string]struct{}{}})
-	return v.(*configMemory)
-}
-
-func (c *configMemory) wrote(rv string) {
-	c.mu.Lock()
-	c.last = rv
-	c.mu.Unlock()
-}
-
-func (c *configMemory) written() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
-}
-
 // lockTarget takes t's configuration's write lock for breaker, if it is
 // free, and returns its release; nil when another reconcile holds it. Then
-// breaker is queued again when the holder releases it: the worker serves
-// other breakers meanwhile instead of waiting, and nothing spins. One
-// writer per configuration: the breakers of its webhooks, opened by one
-// outage, would otherwise race each other's patches and all but one be
-// refused and retried.
+// breaker is queued again when the holder releases it (configlock).
 func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
-	l := r.config(t)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held {
-		l.waiting[breaker] = struct{}{}
+	release := r.configs.TryLock(t.ConfigurationKey(), breaker)
+	if release == nil {
 		return nil
 	}
-	l.held = true
 	return func() {
-		l.mu.Lock()
-		l.held = false
-		waiting := l.waiting
-		l.waiting = map[string]struct{}{}
-		l.mu.Unlock()
-		for name := range waiting {
+		for _, name := range release() {
 			if r.Requeue != nil {
 				r.Requeue(name)
 			}

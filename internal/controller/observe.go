@@ -12,6 +12,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/endpoints"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
@@ -106,7 +107,7 @@ func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
 	if !cached || !found {
 		return false
 	}
-	written := r.config(t).written()
+	written := r.configs.Written(t.ConfigurationKey())
 	return written == "" || written == obj.GetResourceVersion()
 }
 
@@ -218,7 +219,7 @@ func (r *Reconciler) readTarget(ctx context.Context, b *v1alpha1.WebhookCircuitB
 // webhooks by name and type only, so the two signals are one.
 func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
 	t := b.Spec.Target
-	list, err := r.named(ctx, WebhookIndexField, t.SignalKey())
+	list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByWebhook, t.SignalKey())
 	if err != nil {
 		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", t.WebhookName, err)
 	}

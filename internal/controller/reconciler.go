@@ -23,10 +23,12 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/approval"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
+	"github.com/tripswitch-dev/tripswitch/internal/configlock"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
+	"github.com/tripswitch-dev/tripswitch/internal/statusbook"
 	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
 
@@ -80,7 +82,7 @@ type Reconciler struct {
 	// condition judges a chain of webhooks against
 	// (--apiserver-request-timeout); 0: kube-apiserver's default, 60s.
 	RequestDeadline time.Duration
-	// TargetIndexed: Client's cache indexes breakers by TargetIndexField
+	// TargetIndexed: Client's cache indexes breakers by breakerindex.ByTarget
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
 	TargetIndexed bool
@@ -92,8 +94,11 @@ type Reconciler struct {
 	// memory is what this process remembers of each breaker (memory.go).
 	memory memories
 	// configs is what it remembers of each target configuration: its
-	// write lock, and its own last write to it (memory.go).
-	configs sync.Map // kind/name -> *configMemory
+	// write lock, and its own last write to it.
+	configs configlock.Locks
+	// statuses is when it first saw each breaker and last wrote its
+	// status.
+	statuses statusbook.Book
 	// chains judges each breaker's Preflight on the watched configurations.
 	chains webhookchain.Watched
 }
@@ -176,7 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b == nil || err != nil {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
-	r.firstSeen(b.Name, r.Clock.Now()) // a new breaker's first status waits from here at most
+	r.statuses.FirstSeen(b.Name, r.Clock.Now()) // a new breaker's first status waits from here at most
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
 		"target", b.Spec.Target.ConfigurationKey(), "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()

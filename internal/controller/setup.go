@@ -19,6 +19,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
+	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -96,7 +97,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err := r.addRunnables(mgr, opts, queue); err != nil {
 		return nil, err
 	}
-	if err := IndexTarget(context.Background(), mgr); err != nil {
+	if err := breakerindex.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
 	err := r.watchPeers(ctrl.NewControllerManagedBy(mgr).
