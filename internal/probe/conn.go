@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,9 @@ type conn struct {
 	reused bool
 	// idle closes the connection once it has been idle for idleTimeout.
 	idle *time.Timer
+	// peek is alive's read buffer: one on the stack would escape to the
+	// heap through the interface, an allocation per probe.
+	peek [1]byte
 }
 
 type countingReader struct {
@@ -259,8 +263,7 @@ func (c *conn) alive() bool {
 	if err := c.nc.SetReadDeadline(aLongTimeAgo); err != nil {
 		return false
 	}
-	var one [1]byte
-	if _, err := c.nc.Read(one[:]); !isTimeout(err) {
+	if _, err := c.nc.Read(c.peek[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
 	}
 	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
@@ -282,9 +285,4 @@ func (c *conn) alive() bool {
 		return false
 	}
 	return alive
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -431,10 +431,10 @@ func (d *destination) release(f *inflight) {
 // blocked judges a probe that found every slot taken for its whole timeout:
 // it never reached the webhook. A request still unanswered past its own
 // timeout is evidence about the destination once more, as the one slow
-// request it is, for each prober (key) blocked behind it: the breakers of
-// one configuration's webhooks share a destination, and a webhook that
-// hangs is then judged down by each as fast as when each probe sent its
-// own request. A probe blocked behind requests its key has counted so
+// request it is, for each prober (key: a probe group) blocked behind it:
+// the groups probing one configuration's webhooks share a destination,
+// and a webhook that hangs is then judged down by each as fast as when
+// each probe sent its own request. A probe blocked behind requests its key has counted so
 // counts nothing. A request
 // held for abandonAge (a multiple of the timeout a slow webhook's answer
 // outlasts only when it hangs) is abandoned, closing its connection, so

@@ -81,9 +81,9 @@ type Target struct {
 	Timeout time.Duration
 	// ReviewVersions are the webhook's admissionReviewVersions.
 	ReviewVersions []string
-	// Key names who probes (the monitor's key, a breaker): probes of one
-	// destination by several breakers each count a request that never
-	// answered once (see HTTPProber).
+	// Key names who probes: the monitor's probe group (the breakers that
+	// share this probe). Groups probing one destination each count a
+	// request that never answered once (see HTTPProber).
 	Key string
 	// EndpointMode probes each of Endpoints (ready "ip:port" addresses of the
 	// Service, resolved by the caller) instead of the Service name, with the

@@ -126,7 +126,6 @@ func TestProbesThatDifferAreNotShared(t *testing.T) {
 			return s
 		},
 		"review-other-path": func(s probe.Settings) probe.Settings {
-			s.Target.Kind = v1alpha1.ProbeAdmissionReview
 			s.Target.ClientConfig.URL = ptr.To("https://hooks.example:8443/b")
 			return s
 		},
@@ -136,12 +135,20 @@ func TestProbesThatDifferAreNotShared(t *testing.T) {
 			return s
 		},
 	}
+	// An AdmissionReview probe of the same server at another path: the
+	// kind alone must not be what keeps the two apart.
+	review := webhookAt("https://hooks.example:8443/a", v1alpha1.ProbeAdmissionReview, 3)
+	bases := map[string]probe.Settings{"review-other-path": review}
 	for name, vary := range variants {
 		t.Run(name, func(t *testing.T) {
+			from, ok := bases[name]
+			if !ok {
+				from = base
+			}
 			p := &requests{status: probe.Healthy}
 			h := start(t, p)
-			h.mon.Ensure("base", base)
-			h.mon.Ensure("other", vary(base))
+			h.mon.Ensure("base", from)
+			h.mon.Ensure("other", vary(from))
 			h.waitProbes(2, "base", "other")
 			if keys, _ := p.keys(); keys != 2 {
 				t.Fatalf("probes under %d keys, want 2 (one each)", keys)
@@ -255,7 +262,11 @@ func TestStopOneOfASharedProbe(t *testing.T) {
 		t.Fatal("a stopped webhook is still observed")
 	}
 	close(d.release)
+	deadline := time.Now().Add(30 * time.Second)
 	for n := 0; n < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other webhook was probed %d more times in 30 s, want 3", n)
+		}
 		d.clk.Step(time.Second)
 		select {
 		case k := <-d.seen:

@@ -117,7 +117,7 @@ func (t *Targets) Get(breaker string, kind v1alpha1.TargetKind, name string) (ob
 		return nil, false, false
 	}
 	seen := v.seen.Load()
-	if seen == nil || seen.obj == nil {
+	if !seen.exists() {
 		return nil, false, true
 	}
 	return seen.obj.DeepCopyObject().(client.Object), true, true
@@ -222,7 +222,7 @@ func (t *Targets) Each(fn func(client.Object)) {
 		if w.stop == nil || !w.view.synced.Load() {
 			continue
 		}
-		if seen := w.view.seen.Load(); seen != nil && seen.obj != nil {
+		if seen := w.view.seen.Load(); seen.exists() {
 			objs = append(objs, seen.obj)
 		}
 	}
