@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // The harness's short runs: a few breakers through each scenario that
@@ -32,6 +35,7 @@ func runScale(t *testing.T, args ...string) string {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the harness: %v\n%s", err, out)
 	}
+	statSources(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
@@ -39,6 +43,36 @@ func runScale(t *testing.T, args ...string) string {
 		t.Fatalf("scale %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// statSources looks at every Go source, go.mod and go.sum of the
+// repository: the harness builds the controller from them, out of go
+// test's sight, so that go test's cache reuses a pass only while none of
+// them changed (it rechecks the files a test looked at inside the module).
+func statSources(t *testing.T) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if n := d.Name(); strings.HasSuffix(n, ".go") || n == "go.mod" || n == "go.sum" {
+			_, err = os.Stat(path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("look at the sources the harness builds: %v", err)
+	}
 }
 
 // tableRow returns the cells of the last table row of out that begins
