@@ -38,6 +38,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
 	"github.com/tripswitch-dev/tripswitch/breakerhttp"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Lookup asks the permission service. A nil error with allowed false is a
@@ -72,8 +73,9 @@ const (
 	// that no wait fixes; allowing on them would open the gate for good,
 	// silently, from the first deploy. They are refused (503) and logged at
 	// error level even on a fail-open gate. An empty subject or resource is
-	// never allowed either, and neither is a caller whose own context ended
-	// before the answer came (it gave up; the answer may be a deny).
+	// never allowed either, nor a caller whose own context ended before the
+	// answer came (it gave up; the answer may be a deny), nor a lookup the
+	// gate's own Limit rejected (the service was never asked).
 	AllowWhenUnavailable
 )
 
@@ -88,6 +90,16 @@ type Config struct {
 	AllowTTL, DenyTTL time.Duration
 	// MaxEntries bounds the cache. Default 100,000.
 	MaxEntries int
+	// Limit bounds the lookups in flight (of distinct pairs: checks of one
+	// pair share a lookup), so that a slow permission service cannot pile
+	// up permission checks, goroutines and connections. A lookup holds its
+	// permit until the Lookup returns, past LookupTimeout if it ignores
+	// its context. A lookup the limit rejects is unavailable (503), never
+	// allowed, on an AllowWhenUnavailable gate too. Default: a
+	// limit.Bulkhead of DefaultMaxLookups named after the gate, which
+	// rejects at once; a limit.Adaptive follows the service's capacity
+	// instead. Pass your own to export it (breakerprom.NewLimitCollector).
+	Limit limit.Limiter
 	// LookupTimeout bounds one shared lookup, whoever waits for it (the
 	// lookup is not tied to the first caller's context, so that caller
 	// leaving does not fail the others). Default 10s. Put the per-attempt
@@ -105,6 +117,9 @@ type Config struct {
 	// clock. It is the breaker's clock interface, so one clock drives both.
 	Clock breaker.Clock
 }
+
+// DefaultMaxLookups is the default Config.Limit: lookups in flight at once.
+const DefaultMaxLookups = 100
 
 // ErrDenied is the answer for a subject that may not use the resource.
 var ErrDenied = errors.New("accessgate: access denied")
@@ -158,6 +173,8 @@ type Checker struct {
 	// epoch counts invalidations: a lookup that began before one does not
 	// cache its answer, which may predate the revocation.
 	epoch atomic.Uint64
+	// order keeps an older lookup's answer from replacing a newer one's.
+	order lookupOrder
 }
 
 // Invalidate drops the cached decision for (subject, resource), so that
@@ -181,7 +198,10 @@ type freshCtxKey struct{}
 // checks that follow. Use it for the requests that must see a revocation at
 // once (changing a password, deleting an account, an administrator's
 // action); the Middleware reads it from the request's context. A fresh
-// check that cannot be answered is unavailable as any other.
+// check that cannot be answered is unavailable as any other. Of two answers
+// for one pair, the cache keeps the one whose lookup began last: a normal
+// lookup that began before a fresh one and answers after it does not
+// replace the fresh answer.
 func Fresh(ctx context.Context) context.Context {
 	return context.WithValue(ctx, freshCtxKey{}, true)
 }
@@ -237,6 +257,13 @@ func New(cfg Config) (*Checker, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Limit == nil {
+		l, err := limit.NewBulkhead(cfg.Name+"-lookups", limit.BulkheadConfig{MaxConcurrentCalls: DefaultMaxLookups})
+		if err != nil {
+			return nil, fmt.Errorf("accessgate: Config.Limit: %w", err)
+		}
+		cfg.Limit = l
 	}
 	allowTTL, denyTTL := cfg.AllowTTL, cfg.DenyTTL
 	opts := &otter.Options[key, bool]{
@@ -340,9 +367,11 @@ func (g *Checker) lookup(k key, fresh bool) (bool, error) {
 		return allowed, nil
 	}
 	epoch := g.epoch.Load()
+	seq := g.order.begin(k)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.LookupTimeout)
 	defer cancel()
 	allowed, err := g.bounded(ctx, k)
+	g.order.end(k, seq, err == nil, func() { g.store(k, allowed, epoch) })
 	if err != nil {
 		var pe *panicError
 		if errors.As(err, &pe) {
@@ -370,6 +399,12 @@ func (g *Checker) lookup(k key, fresh bool) (bool, error) {
 	} else {
 		g.stats.lookupDenied.Add(1)
 	}
+	return allowed, nil
+}
+
+// store caches a lookup's answer unless an Invalidate came since the lookup
+// began (epoch): that answer may predate the revocation.
+func (g *Checker) store(k key, allowed bool, epoch uint64) {
 	if g.epoch.Load() == epoch {
 		g.cache.Set(k, allowed)
 		if g.epoch.Load() != epoch {
@@ -378,19 +413,24 @@ func (g *Checker) lookup(k key, fresh bool) (bool, error) {
 			g.cache.Invalidate(k)
 		}
 	}
-	return allowed, nil
 }
 
-// bounded runs the lookup and gives up when ctx ends, even if the Lookup
-// ignores its context: the late answer is dropped, never used or cached.
-// (Such a Lookup keeps its goroutine until it returns.)
+// bounded runs the lookup under the gate's limit and gives up when ctx
+// ends, even if the Lookup ignores its context: the late answer is dropped,
+// never used or cached. (Such a Lookup keeps its goroutine, and its permit,
+// until it returns.)
 func (g *Checker) bounded(ctx context.Context, k key) (bool, error) {
 	type answer struct {
 		allowed bool
 		err     error
 	}
+	pm, err := g.cfg.Limit.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
 	done := make(chan answer, 1)
 	go func() {
+		defer pm.Release() // when the Lookup returns, however late
 		// A panic here would end the process: no caller's recover reaches
 		// this goroutine. It is a failed check instead.
 		defer func() {
@@ -444,10 +484,12 @@ func (e *panicError) describe() string {
 
 // unavailable answers a check whose decision is unknown. A fail-open gate
 // allows only when the service could not answer: never on a
-// misconfiguration, and never for a caller whose own context ended (it gave
-// up, or ran out of its time; the service may be about to deny).
+// misconfiguration, never for a caller whose own context ended (it gave
+// up, or ran out of its time; the service may be about to deny), and never
+// on the gate's own limit (the service was not asked; a flood of distinct
+// pairs filling the limit must not open the gate).
 func (g *Checker) unavailable(ctx context.Context, cause error) error {
-	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) && ctx.Err() == nil {
+	if g.cfg.WhenUnavailable == AllowWhenUnavailable && !misconfigured(cause) && !errors.Is(cause, limit.ErrLimited) && ctx.Err() == nil {
 		g.stats.allowedFailOpen.Add(1)
 		return nil
 	}
@@ -473,6 +515,8 @@ func describe(err error) string {
 		return "none"
 	case errors.Is(err, breaker.ErrOpen):
 		return "circuit open"
+	case errors.Is(err, limit.ErrLimited):
+		return "lookups limited"
 	case errors.Is(err, errLookupPanicked):
 		return "lookup panicked"
 	case errors.Is(err, errBadRequest):

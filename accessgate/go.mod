@@ -11,7 +11,10 @@ require (
 	golang.org/x/sync v0.25.0
 )
 
+require github.com/tripswitch-dev/tripswitch/limit v0.0.0 // indirect
+
 replace (
 	github.com/tripswitch-dev/tripswitch/breaker => ../breaker
 	github.com/tripswitch-dev/tripswitch/breakerhttp => ../breakerhttp
+	github.com/tripswitch-dev/tripswitch/limit => ../limit
 )

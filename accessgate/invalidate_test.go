@@ -121,3 +121,45 @@ func TestFreshChecksSkipTheCache(t *testing.T) {
 		t.Fatalf("%d lookups, want 2", n)
 	}
 }
+
+// TestAStaleLookupNeverOverwritesAFreshAnswer: a normal lookup that began
+// before a revocation answers allow after a Fresh check (which began later)
+// has cached the deny. The older answer must not replace the newer one: the
+// revoked subject stays denied, from the cache, for the checks that follow.
+func TestAStaleLookupNeverOverwritesAFreshAnswer(t *testing.T) {
+	var granted atomic.Bool
+	granted.Store(true)
+	release, started := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	lookup := accessgate.LookupFunc(func(context.Context, string, string) (bool, error) {
+		ok := granted.Load()
+		if calls.Add(1) == 1 {
+			close(started)
+			<-release // the old answer is on its way while the revocation happens
+		}
+		return ok, nil
+	})
+	g, err := accessgate.New(accessgate.Config{Lookup: lookup, Clock: newClock(), Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	ctx := context.Background()
+	old := make(chan error, 1)
+	go func() { old <- g.Check(ctx, "alice", "orders") }()
+	<-started
+	granted.Store(false)
+	if err := g.Check(accessgate.Fresh(ctx), "alice", "orders"); !errors.Is(err, accessgate.ErrDenied) {
+		t.Fatalf("fresh check: %v, want denied", err)
+	}
+	close(release)
+	if err := <-old; err != nil {
+		t.Fatalf("the check that waited for the old lookup: %v, want its allow", err)
+	}
+	if err := g.Check(ctx, "alice", "orders"); !errors.Is(err, accessgate.ErrDenied) {
+		t.Fatalf("after both answers: %v, want the fresh deny (the older allow must not replace it)", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d lookups, want 2 (the last check answered from the cache)", n)
+	}
+}

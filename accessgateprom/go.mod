@@ -20,6 +20,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tripswitch-dev/tripswitch/breaker v0.0.0 // indirect
 	github.com/tripswitch-dev/tripswitch/breakerhttp v0.0.0 // indirect
+	github.com/tripswitch-dev/tripswitch/limit v0.0.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
@@ -29,4 +30,5 @@ replace (
 	github.com/tripswitch-dev/tripswitch/accessgate => ../accessgate
 	github.com/tripswitch-dev/tripswitch/breaker => ../breaker
 	github.com/tripswitch-dev/tripswitch/breakerhttp => ../breakerhttp
+	github.com/tripswitch-dev/tripswitch/limit => ../limit
 )

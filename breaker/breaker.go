@@ -696,8 +696,8 @@ func Execute[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T
 	}
 	defer pm.Done(Failure) // a no-op after DoneErr; fn panicked otherwise
 	v, err := fn(ctx)
-	if err != nil && CallerCanceled(ctx) {
-		pm.Done(Ignore)
+	if CallerCanceled(ctx) {
+		pm.Done(Ignore) // even with a nil error: the caller gave up
 	} else {
 		pm.DoneErr(err)
 	}

@@ -31,6 +31,27 @@ func TestExecuteIgnoresACallerCancelledWithACause(t *testing.T) {
 	}
 }
 
+// TestExecuteIgnoresASuccessOfACancelledCaller: the godoc's promise is
+// "whatever fn returned": a function that returns nil after its caller
+// canceled (it ignored the context, or finished just then) is not a success
+// either. The caller gave up, so the call says nothing about the callee.
+func TestExecuteIgnoresASuccessOfACancelledCaller(t *testing.T) {
+	for _, cancelWith := range []error{nil, errors.New("client went away")} {
+		b := mustNew(t, breaker.Config{MinimumNumberOfCalls: 1, WindowSize: 1, Clock: newClock()})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		v, err := breaker.Execute(ctx, b, func(context.Context) (int, error) {
+			cancel(cancelWith)
+			return 7, nil
+		})
+		if v != 7 || err != nil {
+			t.Fatalf("Execute = %d, %v; want fn's own 7, nil", v, err)
+		}
+		if m := b.Metrics(); m.Calls != 0 {
+			t.Fatalf("cause %v: metrics = %+v, want the cancelled caller's call ignored", cancelWith, m)
+		}
+	}
+}
+
 // TestExecuteCountsADeadlineAsAFailure: running out of time is the
 // callee's failure, even when the deadline carries a cause.
 func TestExecuteCountsADeadlineAsAFailure(t *testing.T) {

@@ -9,12 +9,80 @@
 // that decide between CLOSED and OPEN again. DISABLED, FORCED_OPEN and
 // METRICS_ONLY are manual states that never change by themselves.
 //
+// # Use
+//
+// One breaker per call site; Execute runs a function through it, and an
+// open circuit fails fast without calling it:
+//
+//	b, err := breaker.New("account-read", breaker.Config{
+//		WindowType: breaker.CountBased, WindowSize: 10, MinimumNumberOfCalls: 4,
+//		FailureRateThreshold: 50, WaitDurationInOpenState: 15 * time.Second,
+//	})
+//	if err != nil {
+//		return err // a Config that makes no sense (FailureRateThreshold 101) is refused here
+//	}
+//	user, err := breaker.Execute(ctx, b, func(ctx context.Context) (User, error) {
+//		return fetch(ctx, id)
+//	})
+//	if errors.Is(err, breaker.ErrOpen) {
+//		// fail fast: the account service is known to be down
+//	}
+//
+// Allow and Permit.Done wrap an integration such as an http.RoundTripper
+// (the breakerhttp module does), with the call's outcome classified by the
+// caller. Subscribe consumes events
+// (transitions, rate crossings, resets). A Registry holds one named breaker
+// per call site with shared defaults, per-name overrides and a kill switch;
+// ParseFile and File.ApplyEnviron (or ApplyEnv) load its configuration
+// from JSON and CIRCUITBREAKER_* environment variables, refusing unknown
+// keys and variables with the nearest known name; Registry.Update and
+// Registry.Reload change a running circuit's settings, keeping its window
+// where its shape allows. Breaker.OpenFor and OpenUntil open a circuit for
+// as long as a server asks (Retry-After), capped by Config.OpenUntilCap.
+// Metrics reads the window; Totals reads cumulative call counts (and
+// durations, with RecordCallDurations) once EnableTotals has turned counting
+// on, which the breakerprom module does.
+//
+// The adapters are modules of their own, so that a user of the core builds
+// none of their dependencies: breakerhttp (net/http), breakergrpc (grpc-go)
+// and breakerprom (Prometheus). So is limit, the bulkhead and adaptive
+// concurrency limit that the adapters put inside a circuit.
+//
+// # Defaults
+//
+// The zero value of each Config field means its default. They are
+// Resilience4j's, with one deliberate difference:
+//
+//	setting                                 tripswitch        Resilience4j
+//	failureRateThreshold                    50                50
+//	slowCallRateThreshold                   100               100
+//	slowCallDurationThreshold               0 (not tracked)   60s
+//	slidingWindowType                       COUNT_BASED       COUNT_BASED
+//	slidingWindowSize                       100               100
+//	minimumNumberOfCalls                    100               100
+//	waitDurationInOpenState                 60s               60s
+//	permittedNumberOfCallsInHalfOpenState   10                10
+//	maxWaitDurationInHalfOpenState          0 (wait)          0 (wait)
+//	automaticTransitionFromOpenToHalfOpen   false             false
+//	classifier (recordExceptions)           every error but   every exception
+//	                                        context.Canceled
+//
+// Slow calls are not tracked unless SlowCallDurationThreshold is set: tracking
+// reads the clock twice per call, which on virtual machines costs more than
+// the rest of the breaker. With Resilience4j's 60s and its 100% slow-call rate
+// threshold the difference only shows when every call takes over a minute.
+// context.Canceled is ignored because the caller gave up, not the callee.
+//
+// # Guarantees
+//
 // Results of calls admitted in an earlier state never decide the current one:
 // every transition starts a new generation, and a permit from an older
 // generation is ignored when it completes. Half-open permits are released on
-// success, failure, ignored outcomes, cancellation and panics.
+// success, failure, ignored outcomes, cancellation and panics. How the rates
+// stay exact on many cores at once, on a closed path that allocates nothing,
+// is the last section.
 //
-// # Consistency under concurrency
+// # Design: consistency under concurrency
 //
 // Every outcome that can raise a rate is checked against the thresholds when
 // it is recorded, with counts that include it and every outcome whose Done
@@ -48,10 +116,10 @@
 // keeps counting for as long as its failures stay spread among successes
 // (its part of the failures a window may hold, and one more, always span
 // enough successes that no window reaches the threshold). Such a failure
-// reads every core's success counter but writes only its own lines. With one P every COUNT_BASED failure takes the
-// window's mutex, uncontended. A success that may complete the minimum, or
-// the first after a TIME_BASED window moved to a new second, is checked
-// like a failure.
+// reads every core's success counter but writes only its own lines. With
+// one P every COUNT_BASED failure takes the window's mutex, uncontended. A
+// success that may complete the minimum, or the first after a TIME_BASED
+// window moved to a new second, is checked like a failure.
 //
 // A TIME_BASED window starts a second when its first call of that second
 // arrives, on a process-wide clock refreshed every 50 ms: an outcome may be
@@ -69,48 +137,4 @@
 // alive and restarts when it has stopped, so no transition waits for any
 // other call, breaker or goroutine. The goroutine exits 200 ms after its last
 // reader, so an idle process holds none.
-//
-// # Defaults
-//
-// The zero value of each Config field means its default. They are
-// Resilience4j's, with one deliberate difference:
-//
-//	setting                                 tripswitch        Resilience4j
-//	failureRateThreshold                    50                50
-//	slowCallRateThreshold                   100               100
-//	slowCallDurationThreshold               0 (not tracked)   60s
-//	slidingWindowType                       COUNT_BASED       COUNT_BASED
-//	slidingWindowSize                       100               100
-//	minimumNumberOfCalls                    100               100
-//	waitDurationInOpenState                 60s               60s
-//	permittedNumberOfCallsInHalfOpenState   10                10
-//	maxWaitDurationInHalfOpenState          0 (wait)          0 (wait)
-//	automaticTransitionFromOpenToHalfOpen   false             false
-//	classifier (recordExceptions)           every error but   every exception
-//	                                        context.Canceled
-//
-// Slow calls are not tracked unless SlowCallDurationThreshold is set: tracking
-// reads the clock twice per call, which on virtual machines costs more than
-// the rest of the breaker. With Resilience4j's 60s and its 100% slow-call rate
-// threshold the difference only shows when every call takes over a minute.
-// context.Canceled is ignored because the caller gave up, not the callee.
-//
-// # Use
-//
-// Use Execute for a function call, or Allow and Permit.Done to wrap an
-// integration such as an http.RoundTripper. Subscribe consumes events
-// (transitions, rate crossings, resets). A Registry holds one named breaker
-// per call site with shared defaults, per-name overrides and a kill switch;
-// ParseFile and File.ApplyEnviron (or ApplyEnv) load its configuration
-// from JSON and CIRCUITBREAKER_* environment variables, refusing unknown
-// keys and variables with the nearest known name; Registry.Update and
-// Registry.Reload change a running circuit's settings, keeping its window
-// where its shape allows. Breaker.OpenFor and OpenUntil open a circuit for
-// as long as a server asks (Retry-After), capped by Config.OpenUntilCap. Metrics reads the window; Totals
-// reads cumulative call counts (and durations, with RecordCallDurations) once
-// EnableTotals has turned counting on, which the breakerprom module does.
-//
-// The adapters are modules of their own, so that a user of the core builds
-// none of their dependencies: breakerhttp (net/http), breakergrpc (grpc-go)
-// and breakerprom (Prometheus).
 package breaker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
@@ -190,4 +191,20 @@ func ExampleNew() {
 	// Output:
 	// account-read CLOSED COUNT_BASED 100 100 50 1m0s 10
 	// breaker config: FailureRateThreshold=101: must be in (0, 100]
+}
+
+// ParseWait reads a server's Retry-After seconds or gRPC pushback
+// milliseconds for OpenFor; a wait too long for a Duration saturates, and
+// OpenFor's cap then applies.
+func ExampleParseWait() {
+	d, ok := breaker.ParseWait("120", time.Second)
+	fmt.Println(d, ok)
+	d, ok = breaker.ParseWait("9223372037", time.Second) // past 2^63 ns
+	fmt.Println(d == math.MaxInt64, ok)
+	_, ok = breaker.ParseWait("-1", time.Millisecond) // gRPC: do not retry; no wait
+	fmt.Println(ok)
+	// Output:
+	// 2m0s true
+	// true true
+	// false
 }

@@ -26,6 +26,9 @@ type Registry struct {
 	totals   bool // EnableTotals was called
 
 	switching sync.Mutex // serialises SetEnabled
+	// reloading serialises Update and Reload from start to end, so that
+	// the last to return has set every circuit and the defaults alike.
+	reloading sync.Mutex
 }
 
 // NewRegistry validates defaults and every override (applied to a copy of
@@ -114,6 +117,8 @@ func (r *Registry) Update(name string, cfg Config) (windowKept bool, err error) 
 	if err != nil {
 		return false, qualify(err, name+".")
 	}
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
 	r.mu.Lock()
 	r.configs[name] = c
 	b := r.breakers[name]
@@ -132,13 +137,17 @@ func (r *Registry) Update(name string, cfg Config) (windowKept bool, err error) 
 // sorted. The kill switch follows the file (enabled unless it says
 // "enabled": false), and, as SetEnabled, does nothing when it already
 // agrees, so a reload never closes an OPEN circuit. A file with an invalid
-// setting changes nothing. Do not call it from an event consumer of one of
-// the registry's breakers.
+// setting changes nothing. Reloads (and Updates) are ordered: when two run
+// at once, the one that returns last has set every circuit, existing and
+// future, from its file. Do not call it from an event consumer of one of the
+// registry's breakers.
 func (r *Registry) Reload(f File) (dropped []string, err error) {
 	defaults, configs, err := f.configs()
 	if err != nil {
 		return nil, err
 	}
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
 	r.mu.Lock()
 	r.defaults, r.configs = defaults, configs
 	all := make([]*Breaker, 0, len(r.breakers))

@@ -19,7 +19,11 @@
 // or a Classifier of your own to decide otherwise.
 //
 // An open circuit answers without sending anything, with an error whose
-// gRPC status is Unavailable and that matches breaker.ErrOpen. With
+// gRPC status is Unavailable and that matches breaker.ErrOpen.
+// Config.Limits puts a concurrency limit (limit.Bulkhead or limit.Adaptive)
+// on a call site inside its circuit; a call beyond it is rejected before
+// anything is sent with status ResourceExhausted (matching
+// limit.ErrLimited), which the circuit ignores. With
 // Config.ServerPushback, a server's RetryInfo or grpc-retry-pushback-ms
 // opens the circuit for as long as it asks, capped.
 //
@@ -33,8 +37,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +48,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Classifier decides what a call's final error means to the circuit.
@@ -136,6 +139,55 @@ type Config struct {
 	// Config.OpenUntilCap. The call's own outcome is classified as usual.
 	// It adds a trailer call option to each unary call.
 	ServerPushback bool
+	// Limits picks the concurrency limit for a call by its full method
+	// name (nil, or a nil result: none). The limit is inside the circuit:
+	// a call the circuit admits takes a permit, held until the call (or
+	// stream) ends. A call beyond it is rejected before anything is sent,
+	// with a LimitedError (status ResourceExhausted, errors.Is
+	// limit.ErrLimited); the circuit ignores it.
+	Limits func(fullMethod string) limit.Limiter
+}
+
+func (c Config) limiter(method string) limit.Limiter {
+	if c.Limits == nil {
+		return nil
+	}
+	return c.Limits(method)
+}
+
+// LimitedError is the rejection of a call by its concurrency limit. Its
+// gRPC status is ResourceExhausted, and errors.Is(err, limit.ErrLimited)
+// holds. Not Unavailable, the open circuit's code: retry policies commonly
+// retry Unavailable, and a limit's rejection must not be retried (it would
+// add to the load the limit sheds).
+type LimitedError struct {
+	*limit.LimitedError
+}
+
+// GRPCStatus makes status.Code report ResourceExhausted.
+func (e LimitedError) GRPCStatus() *status.Status {
+	return status.New(codes.ResourceExhausted, e.Error())
+}
+
+// Unwrap returns the limit's rejection.
+func (e LimitedError) Unwrap() error { return e.LimitedError }
+
+// acquire takes l's permit for a call the circuit admitted with pm; on a
+// rejection pm is given back as ignored (nothing was sent).
+func acquire(ctx context.Context, l limit.Limiter, pm *breaker.Permit) (limit.Permit, error) {
+	if l == nil {
+		return limit.Permit{}, nil
+	}
+	lp, err := l.Acquire(ctx)
+	if err == nil {
+		return lp, nil
+	}
+	pm.Done(breaker.Ignore)
+	var le *limit.LimitedError
+	if errors.As(err, &le) {
+		return lp, LimitedError{le}
+	}
+	return lp, status.FromContextError(err).Err()
 }
 
 func (c Config) classify() Classifier {
@@ -185,13 +237,18 @@ func honorPushback(b *breaker.Breaker, err error, trailer metadata.MD) {
 		}
 	}
 	if v := trailer.Get("grpc-retry-pushback-ms"); len(v) > 0 {
-		if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil && ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
-			b.OpenFor(time.Duration(ms) * time.Millisecond)
+		if d, ok := breaker.ParseWait(v[0], time.Millisecond); ok {
+			b.OpenFor(d) // OpenFor caps it
 		}
 	}
 }
 
+// allow admits a call through b; a nil b (no circuit for the method)
+// admits it with an inert permit.
 func allow(b *breaker.Breaker) (breaker.Permit, error) {
+	if b == nil {
+		return breaker.Permit{}, nil
+	}
 	pm, err := b.Allow()
 	if err != nil {
 		var oe *breaker.OpenError
@@ -216,8 +273,8 @@ func allow(b *breaker.Breaker) (breaker.Permit, error) {
 func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInterceptor {
 	classify := cfg.classify()
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		cb := circuits(method)
-		if cb == nil {
+		cb, lim := circuits(method), cfg.limiter(method)
+		if cb == nil && lim == nil {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		if err := ctx.Err(); err != nil {
@@ -227,13 +284,18 @@ func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInter
 		if err != nil {
 			return err
 		}
+		lp, err := acquire(ctx, lim, &pm)
+		if err != nil {
+			return err
+		}
+		defer lp.End(ctx)
 		var trailer metadata.MD
 		if cfg.ServerPushback {
 			callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))
 		}
 		err = invoker(ctx, method, req, reply, cc, callOpts...)
 		pm.Done(judge(ctx, classify, err))
-		if cfg.ServerPushback && err != nil {
+		if cfg.ServerPushback && err != nil && cb != nil {
 			honorPushback(cb, err, trailer)
 		}
 		return err
@@ -245,8 +307,8 @@ func UnaryClientInterceptor(circuits Circuits, cfg Config) grpc.UnaryClientInter
 func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInterceptor {
 	classify := cfg.classify()
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		cb := circuits(method)
-		if cb == nil {
+		cb, lim := circuits(method), cfg.limiter(method)
+		if cb == nil && lim == nil {
 			return streamer(ctx, desc, cc, method, callOpts...)
 		}
 		if err := ctx.Err(); err != nil {
@@ -256,19 +318,27 @@ func StreamClientInterceptor(circuits Circuits, cfg Config) grpc.StreamClientInt
 		if err != nil {
 			return nil, err
 		}
+		lp, err := acquire(ctx, lim, &pm)
+		if err != nil {
+			return nil, err
+		}
 		cs, err := streamer(ctx, desc, cc, method, callOpts...)
 		if err != nil {
 			pm.Done(judge(ctx, classify, err))
+			lp.End(ctx)
 			return nil, err
 		}
-		s := &stream{ClientStream: cs, ctx: ctx, classify: classify, serverStreams: desc.ServerStreams, pm: pm}
-		if cfg.ServerPushback {
+		s := &stream{ClientStream: cs, ctx: ctx, classify: classify, serverStreams: desc.ServerStreams, pm: pm, lp: lp}
+		if cfg.ServerPushback && cb != nil {
 			s.pushback = cb
 		}
 		// A stream abandoned by cancelling the caller's context may never
 		// return from RecvMsg to us; that context tells how it ended. (The
 		// stream's own context is cancelled on every ending, success too.)
-		stop := context.AfterFunc(ctx, func() { s.pm.Done(judge(ctx, classify, ctx.Err())) })
+		stop := context.AfterFunc(ctx, func() {
+			s.pm.Done(judge(ctx, classify, ctx.Err()))
+			s.lp.End(ctx)
+		})
 		s.stop.Store(&stop)
 		return s, nil
 	}
@@ -283,6 +353,7 @@ type stream struct {
 	pushback      *breaker.Breaker            // set with Config.ServerPushback
 
 	pm breaker.Permit // the first ending decides; later ones record nothing
+	lp limit.Permit   // given back at the first ending
 }
 
 func (s *stream) RecvMsg(m any) error {
@@ -303,6 +374,7 @@ func (s *stream) RecvMsg(m any) error {
 
 func (s *stream) finish(o breaker.Outcome) {
 	s.pm.Done(o)
+	s.lp.End(s.ctx)
 	if stop := s.stop.Load(); stop != nil {
 		(*stop)()
 	}

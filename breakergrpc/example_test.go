@@ -10,11 +10,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
 	"github.com/tripswitch-dev/tripswitch/breakergrpc"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // One circuit per call site on one connection: the permission check and the
@@ -136,4 +138,31 @@ func ExampleStreamClientInterceptor() {
 	// ended: Unavailable
 	// refused: Unavailable true
 	// OPEN
+}
+
+// A concurrency limit per call site, inside its circuit: with the one call
+// a bulkhead allows in flight, the next is rejected before anything is
+// sent, as a LimitedError whose status is ResourceExhausted; the circuit
+// does not count it.
+func ExampleLimitedError() {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, grpchealth.NewServer())
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	access, _ := breaker.New("account-access", breaker.Config{})
+	bulkhead, _ := limit.NewBulkhead("account-access", limit.BulkheadConfig{MaxConcurrentCalls: 1})
+	cfg := breakergrpc.Config{Limits: func(string) limit.Limiter { return bulkhead }}
+	cc, _ := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(access), cfg)))
+	defer cc.Close()
+
+	held, _ := bulkhead.Acquire(context.Background()) // another call is in flight
+	_, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	held.Release()
+	var le breakergrpc.LimitedError
+	fmt.Println(status.Code(err), errors.Is(err, limit.ErrLimited), errors.As(err, &le), access.Metrics().Calls)
+	// Output:
+	// ResourceExhausted true true 0
 }

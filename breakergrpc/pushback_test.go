@@ -59,6 +59,9 @@ func TestServerPushbackOpensTheCircuit(t *testing.T) {
 		{"pushback trailer", shedding{pushback: "1500"}, true, 1500 * time.Millisecond},
 		{"RetryInfo wins over the trailer", shedding{retryInfo: 40 * time.Second, pushback: "1500"}, true, 40 * time.Second},
 		{"capped", shedding{retryInfo: time.Hour}, true, 2 * time.Minute},
+		{"the longest pushback a Duration holds is capped", shedding{pushback: "9223372036854"}, true, 2 * time.Minute},
+		{"a pushback past a Duration saturates, then is capped", shedding{pushback: "9223372036855"}, true, 2 * time.Minute},
+		{"a pushback past an int64 saturates too", shedding{pushback: "99999999999999999999999"}, true, 2 * time.Minute},
 		{"a negative pushback is ignored", shedding{pushback: "-1"}, true, 0},
 		{"without the opt-in nothing happens", shedding{retryInfo: 40 * time.Second}, false, 0},
 	} {

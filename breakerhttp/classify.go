@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Classifier decides what a completed attempt means to the circuit. Exactly
@@ -54,11 +55,12 @@ func FailOnStatus(next Classifier, codes ...int) Classifier {
 }
 
 // Transient reports whether a failed attempt is worth retrying: a
-// connection error, a timeout or a 5xx. An open circuit, a 4xx, a success
-// and the caller's own cancellation or deadline are not.
+// connection error, a timeout or a 5xx. An open circuit, a limit's
+// rejection, a 4xx, a success and the caller's own cancellation or deadline
+// are not.
 func Transient(req *http.Request, resp *http.Response, err error) bool {
 	if err != nil {
-		if errors.Is(err, breaker.ErrOpen) || req.Context().Err() != nil || errors.Is(err, context.Canceled) {
+		if errors.Is(err, breaker.ErrOpen) || errors.Is(err, limit.ErrLimited) || req.Context().Err() != nil || errors.Is(err, context.Canceled) {
 			return false
 		}
 		return true

@@ -1,4 +1,5 @@
-// Package breakerhttp puts a circuit breaker on one HTTP call site.
+// Package breakerhttp puts a circuit breaker, and optionally a concurrency
+// limit, on one HTTP call site.
 //
 // A [Transport] is an http.RoundTripper bound to one circuit: one per call
 // site ("account-access", "account-read", ...), never one filter for a whole
@@ -26,12 +27,19 @@
 //
 // # Composition
 //
-// The order matters and [Policy] builds the right one: the per-attempt
-// timeout inside the circuit, so that a timeout is counted as a failure, and
-// the retry outside it, so that every attempt is counted and an open circuit
-// is never retried:
+// The order matters and [Policy] builds the right one, Resilience4j's: the
+// per-attempt timeout inside the circuit, so that a timeout is counted as a
+// failure, and the retry outside it, so that every attempt is counted and an
+// open circuit is never retried; an optional concurrency limit (a
+// limit.Bulkhead or limit.Adaptive, [Policy].Limit) between the circuit and
+// the timeout, so that a wait for a permit is not part of the attempt's
+// time, and its rejection, which sends nothing, is neither counted by the
+// circuit nor retried:
 //
-//	retry( circuit( timeout( base transport ) ) )
+//	retry( circuit( limit( timeout( base transport ) ) ) )
+//
+// On the server side, [LimitHandler] sheds the requests beyond a limit with
+// 503 and Retry-After instead of queueing them.
 //
 // A successful response's outcome is recorded when its body has been read to
 // the end or closed, so a server that sends headers and then stalls or

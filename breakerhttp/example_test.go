@@ -13,6 +13,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
 	"github.com/tripswitch-dev/tripswitch/breakerhttp"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // The two account call sites of seed 002: the permission check is timeout →
@@ -171,4 +172,52 @@ func ExamplePolicy_retryAfter() {
 	}
 	c.CloseIdleConnections()
 	// Output: 503 OPEN true
+}
+
+// A limit per call site: with one attempt in flight at a bulkhead of one,
+// the next call is rejected at once without touching the network, the
+// circuit does not count it, and it is not retried.
+func ExamplePolicy_limit() {
+	release := make(chan struct{})
+	account := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release // a slow dependency
+	}))
+	defer account.Close()
+	b, _ := breaker.New("account-read", breaker.Config{})
+	bulkhead, _ := limit.NewBulkhead("account-read", limit.BulkheadConfig{MaxConcurrentCalls: 1})
+	c := breakerhttp.Policy{Breaker: b, Limit: bulkhead, Timeout: 10 * time.Second, Retry: &breakerhttp.Retry{Attempts: 3}}.Client()
+	defer c.CloseIdleConnections()
+
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		if resp, err := c.Get(account.URL); err == nil {
+			breakerhttp.DrainClose(resp)
+		}
+	}()
+	for bulkhead.Metrics().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := c.Get(account.URL)
+	fmt.Println(errors.Is(err, limit.ErrLimited), bulkhead.Metrics().Rejected, b.Metrics().Calls)
+	close(release)
+	<-first
+	// Output:
+	// true 1 0
+}
+
+// LimitHandler sheds a server's load beyond its limit: 503 with
+// Retry-After, at once, without running the handler.
+func ExampleLimitHandler() {
+	bulkhead, _ := limit.NewBulkhead("orders", limit.BulkheadConfig{MaxConcurrentCalls: 1})
+	held, _ := bulkhead.Acquire(context.Background()) // one request in flight already
+	defer held.Release()
+	h := breakerhttp.LimitHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("not reached")
+	}), bulkhead, 2*time.Second)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/orders", nil))
+	fmt.Println(rec.Code, rec.Header().Get("Retry-After"))
+	// Output:
+	// 503 2
 }

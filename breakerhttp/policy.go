@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
-// Policy is one call site's failure handling, composed in the only safe
-// order: retry( circuit( timeout( Base ) ) ). Three common compositions:
+// Policy is one call site's failure handling, composed in Resilience4j's
+// order, the only safe one: retry( circuit( limit( timeout( Base ) ) ) ).
+// Three common compositions:
 //
 //	account-access: Policy{Breaker: access, Timeout: 10 * time.Second}        // no retry
 //	account-read:   Policy{Breaker: read, Timeout: 10 * time.Second, Retry: &Retry{Attempts: 3}}
@@ -18,6 +20,10 @@ type Policy struct {
 	Breaker *breaker.Breaker
 	// Timeout bounds each attempt inside the circuit (see Transport.Timeout).
 	Timeout time.Duration
+	// Limit, if set, bounds the attempts in flight, inside the circuit and
+	// outside Timeout (see Transport.Limit); its rejections are neither
+	// counted by the circuit nor retried.
+	Limit limit.Limiter
 	// Classify decides what an attempt means to the circuit; nil means
 	// DefaultClassifier.
 	Classify Classifier
@@ -35,7 +41,7 @@ type Policy struct {
 
 // RoundTripper returns the composed transport.
 func (p Policy) RoundTripper() http.RoundTripper {
-	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify, RetryAfter: p.RetryAfter}
+	var rt http.RoundTripper = &Transport{Breaker: p.Breaker, Base: p.Base, Timeout: p.Timeout, Classify: p.Classify, Limit: p.Limit, RetryAfter: p.RetryAfter}
 	if p.Retry != nil {
 		r := *p.Retry
 		r.Next = rt

@@ -2,6 +2,7 @@ package breakerhttp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Retry is an http.RoundTripper that retries transient failures of Next
@@ -92,7 +94,9 @@ func (r *Retry) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A refused connection never sent the request: any method may go
 		// again. Otherwise only a request the server may see twice.
 		sendable := bodyOK && (idempotent || (err != nil && Refused(err)))
-		if attempt >= attempts || !sendable || !retryable(req, resp, err) {
+		// A limit's rejection is never retried, whatever Retryable says:
+		// more attempts would only add to the load the limit sheds.
+		if attempt >= attempts || !sendable || errors.Is(err, limit.ErrLimited) || !retryable(req, resp, err) {
 			return resp, err
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Transport is an http.RoundTripper that sends each request through one
@@ -30,6 +30,14 @@ type Transport struct {
 	// Classify decides what an attempt means to the circuit; nil means
 	// DefaultClassifier.
 	Classify Classifier
+	// Limit, if set, bounds this call site's attempts in flight, inside the
+	// circuit and outside Timeout: an attempt the circuit admits takes a
+	// permit (waiting, for a Bulkhead with MaxWaitDuration, outside the
+	// Timeout) and gives it back when the attempt ends as the circuit sees
+	// it end. A rejection (errors.Is limit.ErrLimited) sends nothing and is
+	// not an outcome of the callee: the circuit ignores it, and Retry never
+	// retries it.
+	Limit limit.Limiter
 	// RetryAfter opts into the server's word on when to come back: a 429 or
 	// 503 response with a Retry-After header (seconds or an HTTP date)
 	// opens the circuit until then (Breaker.OpenFor, OpenUntil), never
@@ -57,6 +65,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
+	var lp limit.Permit
+	if t.Limit != nil {
+		if lp, err = t.Limit.Acquire(req.Context()); err != nil {
+			pm.Done(breaker.Ignore) // nothing was sent: the callee did nothing
+			closeRequestBody(req)
+			return nil, err
+		}
+	}
 	classify := judge{caller: req.Context(), c: t.Classify}
 	var ctx context.Context
 	cancel := context.CancelFunc(nil)
@@ -67,6 +83,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base().RoundTrip(req)
 	if err != nil {
 		pm.Done(classify.outcome(nil, err))
+		lp.End(classify.caller)
 		if cancel != nil {
 			cancel()
 		}
@@ -82,6 +99,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	deferred := o == breaker.Success && resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols
 	if !deferred {
 		pm.Done(o)
+		lp.End(classify.caller)
 		if cancel == nil || resp.Body == nil || resp.Body == http.NoBody {
 			if cancel != nil {
 				cancel()
@@ -94,12 +112,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 	}
-	b := &body{rc: resp.Body, pm: pm, cancel: cancel, classify: classify}
+	b := &body{rc: resp.Body, pm: pm, lp: lp, cancel: cancel, classify: classify}
 	if deferred && ctx != nil {
 		// A body nobody reads or closes must not hold the permit (in
 		// HALF_OPEN, the circuit) past the timeout: running out of it is a
 		// failure, however late the caller closes the body.
-		b.stop = context.AfterFunc(ctx, func() { b.pm.Done(classify.outcome(nil, ctx.Err())) })
+		b.timedOut = make(chan struct{})
+		b.stop = context.AfterFunc(ctx, func() {
+			defer close(b.timedOut)
+			b.pm.Done(classify.outcome(nil, ctx.Err()))
+			b.lp.End(classify.caller)
+		})
 	}
 	resp.Body = b
 	return resp, nil
@@ -112,10 +135,8 @@ func (t *Transport) honorRetryAfter(resp *http.Response) {
 	if v == "" {
 		return
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs > 0 && secs <= math.MaxInt64/int64(time.Second) {
-			t.Breaker.OpenFor(time.Duration(secs) * time.Second)
-		}
+	if d, ok := breaker.ParseWait(v, time.Second); ok {
+		t.Breaker.OpenFor(d) // OpenFor caps it
 		return
 	}
 	if at, err := http.ParseTime(v); err == nil {
@@ -187,9 +208,14 @@ type body struct {
 	classify judge
 	cancel   context.CancelFunc
 	stop     func() bool // the timeout's failure, when the success is deferred
+	// timedOut is closed when the timeout's failure has been recorded.
+	timedOut chan struct{}
+	stopOnce sync.Once
+	fired    bool // the timeout's failure ran (or runs) instead of ours
 
 	closed atomic.Bool // a read error after Close is the caller's doing
 	pm     breaker.Permit
+	lp     limit.Permit
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -218,7 +244,15 @@ func (b *body) Close() error {
 
 func (b *body) finish(o breaker.Outcome) {
 	b.pm.Done(o)
-	if b.stop != nil {
-		b.stop()
+	b.lp.End(b.classify.caller)
+	if b.stop == nil {
+		return
+	}
+	// The timeout's failure may be recording right now (our Done lost to
+	// it): the read or Close that returns must find it recorded, not about
+	// to be. stop reports false on every call after the first, hence once.
+	b.stopOnce.Do(func() { b.fired = !b.stop() })
+	if b.fired {
+		<-b.timedOut
 	}
 }

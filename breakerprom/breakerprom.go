@@ -46,6 +46,9 @@
 //
 // Labels are the circuit's name and the fixed kind or state values, never
 // anything from a request: no tokens, bodies, paths or user IDs.
+//
+// LimitCollector does the same for concurrency limits (limit.Bulkhead,
+// limit.Adaptive) under Resilience4j's bulkhead names; see its doc.
 package breakerprom
 
 import (

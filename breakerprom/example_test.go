@@ -1,6 +1,7 @@
 package breakerprom_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/breaker"
 	"github.com/tripswitch-dev/tripswitch/breakerprom"
+	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
 // Export a registry's circuits under Resilience4j's names. Serve them with
@@ -37,4 +39,23 @@ func ExampleNewCollector() {
 	// Output:
 	// resilience4j_circuitbreaker_not_permitted_calls_total{kind="not_permitted",name="account-access"} 1
 	// resilience4j_circuitbreaker_state{name="account-access",state="open"} 1
+}
+
+// Export concurrency limits under Resilience4j's bulkhead names; an
+// adaptive limit's max_allowed_concurrent_calls is its current limit.
+func ExampleNewLimitCollector() {
+	bulkhead, _ := limit.NewBulkhead("account-read", limit.BulkheadConfig{MaxConcurrentCalls: 50})
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(breakerprom.NewLimitCollector(bulkhead))
+
+	pm, _ := bulkhead.Acquire(context.Background())
+	defer pm.Release()
+	out, _ := testutil.GatherAndFormat(metrics, expfmt.TypeTextPlain, "resilience4j_bulkhead_available_concurrent_calls")
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "resilience4j") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// resilience4j_bulkhead_available_concurrent_calls{name="account-read"} 49
 }

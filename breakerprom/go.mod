@@ -3,7 +3,10 @@ module github.com/tripswitch-dev/tripswitch/breakerprom
 
 go 1.26.0
 
-require github.com/tripswitch-dev/tripswitch/breaker v0.0.0
+require (
+	github.com/tripswitch-dev/tripswitch/breaker v0.0.0
+	github.com/tripswitch-dev/tripswitch/limit v0.0.0
+)
 
 require github.com/kylelemons/godebug v1.1.0 // indirect
 
@@ -19,4 +22,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/tripswitch-dev/tripswitch/breaker => ../breaker
+replace (
+	github.com/tripswitch-dev/tripswitch/breaker => ../breaker
+	github.com/tripswitch-dev/tripswitch/limit => ../limit
+)

@@ -19,6 +19,7 @@ require (
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/maypok86/otter/v2 v2.4.0 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
+	github.com/tripswitch-dev/tripswitch/limit v0.0.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -28,4 +29,5 @@ replace (
 	github.com/tripswitch-dev/tripswitch/accessgate => ../accessgate
 	github.com/tripswitch-dev/tripswitch/breaker => ../breaker
 	github.com/tripswitch-dev/tripswitch/breakerhttp => ../breakerhttp
+	github.com/tripswitch-dev/tripswitch/limit => ../limit
 )

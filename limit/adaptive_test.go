@@ -1,0 +1,155 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
+	"github.com/tripswitch-dev/tripswitch/breaker/manualclock"
+	"github.com/tripswitch-dev/tripswitch/limit"
+)
+
+// dependency is a callee with a fixed number of workers and a FIFO queue
+// in front of them, simulated one millisecond at a time on a manual clock:
+// a call takes service once it has a worker, so beyond the workers its
+// latency grows with the calls in flight. Each caller (closed loop) calls
+// again think after its answer or rejection.
+type dependency struct {
+	clk      *manualclock.Clock
+	l        limit.Limiter
+	workers  int
+	service  time.Duration
+	think    time.Duration
+	now      time.Duration
+	next     []time.Duration // per caller: when it calls next; -1 while its call is out
+	queue    []call
+	running  []call
+	served   int
+	rejected int
+}
+
+type call struct {
+	pm     *limit.Permit
+	caller int
+	done   time.Duration
+}
+
+func newDependency(l limit.Limiter, clk *manualclock.Clock, callers, workers int) *dependency {
+	d := &dependency{clk: clk, l: l, workers: workers, service: 10 * time.Millisecond, think: 100 * time.Millisecond, next: make([]time.Duration, callers)}
+	for i := range d.next {
+		d.next[i] = time.Duration(i) * time.Millisecond % d.think // spread the first calls
+	}
+	return d
+}
+
+// run advances the simulation by dur and reports the most calls in flight
+// at the dependency (queued and served) during it.
+func (d *dependency) run(dur time.Duration) (most int) {
+	for end := d.now + dur; d.now < end; {
+		d.now += time.Millisecond
+		d.clk.Advance(time.Millisecond)
+		kept := d.running[:0]
+		for _, c := range d.running {
+			if c.done > d.now {
+				kept = append(kept, c)
+				continue
+			}
+			c.pm.Release()
+			d.served++
+			d.next[c.caller] = d.now + d.think
+		}
+		d.running = kept
+		for len(d.running) < d.workers && len(d.queue) > 0 {
+			c := d.queue[0]
+			d.queue = d.queue[1:]
+			c.done = d.now + d.service
+			d.running = append(d.running, c)
+		}
+		for i, at := range d.next {
+			if at < 0 || at > d.now {
+				continue
+			}
+			pm, err := d.l.Acquire(context.Background())
+			if err != nil {
+				d.rejected++
+				d.next[i] = d.now + d.think
+				continue
+			}
+			d.queue = append(d.queue, call{pm: &pm, caller: i})
+			d.next[i] = -1
+		}
+		most = max(most, len(d.queue)+len(d.running))
+	}
+	return most
+}
+
+// TestAdaptiveFollowsTheCalleesCapacity: a callee with 20 workers slows
+// from 10 ms to 2 s per call and recovers; 500 callers. The limit comes
+// down to at most twice the workers and stays there while the callee is
+// slow (after a settling time), keeps the workers busy (goodput within 10 %
+// of what 20 workers serve), and is back above its initial limit once the
+// callee is fast again. MinLimit and MaxLimit bound it throughout.
+func TestAdaptiveFollowsTheCalleesCapacity(t *testing.T) {
+	clk := manualclock.New(time.Time{})
+	a, err := limit.NewAdaptive("account-access", limit.AdaptiveConfig{Clock: clk, MinLimit: 2, MaxLimit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDependency(a, clk, 500, 20)
+	d.run(10 * time.Second)
+	before := a.Metrics().MaxAllowedConcurrentCalls
+
+	d.service = 2 * time.Second
+	d.run(30 * time.Second) // settling
+	served := d.served
+	most := d.run(60 * time.Second)
+	if most > 40 {
+		t.Errorf("in flight at the slow callee: up to %d, want at most 2 × 20 workers", most)
+	}
+	if got, capacity := d.served-served, 60*20/2; got < capacity*9/10 {
+		t.Errorf("served %d calls in 60 s at the slow callee, want at least 90 %% of the %d its workers can", got, capacity)
+	}
+	if m := a.Metrics(); m.MaxAllowedConcurrentCalls < 2 || m.MaxAllowedConcurrentCalls > 100 {
+		t.Errorf("limit %d outside [2, 100]", m.MaxAllowedConcurrentCalls)
+	}
+
+	d.service = 10 * time.Millisecond
+	d.run(5 * time.Second)
+	served = d.served
+	d.run(5 * time.Second)
+	if got, capacity := d.served-served, 5*20*100; got < capacity*9/10 {
+		t.Errorf("served %d calls in 5 s once the callee recovered, want at least 90 %% of the %d its workers can", got, capacity)
+	}
+	if m := a.Metrics(); m.MaxAllowedConcurrentCalls < 20 {
+		t.Errorf("limit %d after the callee recovered, want at least its 20 workers (it had %d before)", m.MaxAllowedConcurrentCalls, before)
+	}
+}
+
+// TestAdaptiveConfigErrorsNameTheField: a bad setting is a
+// *breaker.ConfigError naming it; zero values take the defaults.
+func TestAdaptiveConfigErrorsNameTheField(t *testing.T) {
+	for field, cfg := range map[string]limit.AdaptiveConfig{
+		"MinLimit":      {MinLimit: -1},
+		"MaxLimit":      {MaxLimit: -1},
+		"InitialLimit":  {MinLimit: 5, MaxLimit: 10, InitialLimit: 11},
+		"WindowSamples": {WindowSamples: -1},
+	} {
+		_, err := limit.NewAdaptive("x", cfg)
+		var ce *breaker.ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%+v: %v, want a ConfigError naming %s", cfg, err, field)
+		}
+	}
+	if _, err := limit.NewAdaptive("x", limit.AdaptiveConfig{MinLimit: 10, MaxLimit: 5}); err == nil {
+		t.Error("MinLimit above MaxLimit accepted")
+	}
+	a, err := limit.NewAdaptive("x", limit.AdaptiveConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := a.Config(); c.InitialLimit != 20 || c.MinLimit != 1 || c.MaxLimit != 200 || c.WindowSamples != 20 {
+		t.Errorf("defaults %+v", c)
+	}
+}
