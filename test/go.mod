@@ -9,6 +9,7 @@ require (
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/prometheus v0.316.0
 	github.com/tripswitch-dev/tripswitch v0.0.0
+	github.com/tripswitch-dev/tripswitch/hack/cluster v0.0.0
 	helm.sh/helm/v4 v4.3.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -199,6 +200,7 @@ require (
 	k8s.io/apiextensions-apiserver v0.37.2 // indirect
 	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/component-base v0.37.2 // indirect
+	k8s.io/cri-api v0.37.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kubectl v0.37.2 // indirect
@@ -209,3 +211,5 @@ require (
 )
 
 replace github.com/tripswitch-dev/tripswitch => ..
+
+replace github.com/tripswitch-dev/tripswitch/hack/cluster => ../hack/cluster

@@ -35,7 +35,8 @@ const (
 )
 
 // ResolvedSpec is a breaker's spec with every default applied, resolved
-// once per reconcile.
+// once per reconcile (or audit, or check) and handed to what needs it
+// (policy.Outcome.Spec).
 // +kubebuilder:object:generate=false
 type ResolvedSpec struct {
 	Mode   Mode
@@ -178,7 +179,7 @@ func (h *HalfOpenSpec) Resolve() *ResolvedHalfOpen {
 		}
 	}
 	if h.SamplePercent > 0 {
-		r.SamplePercent = min(h.SamplePercent, 100)
+		r.SamplePercent = min(h.SamplePercent, MaxHalfOpenSamplePercent)
 	}
 	r.MaxWait = max(r.MaxWait, r.Window)
 	return r

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 func breaker(name string) *v1alpha1.WebhookCircuitBreaker {

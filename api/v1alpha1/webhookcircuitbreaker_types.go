@@ -214,7 +214,9 @@ type WebhookCircuitBreakerSpec struct {
 // Bypass circuit closes.
 type HalfOpenSpec struct {
 	// After is how long the probes must have been healthy, without a failure,
-	// before a trial starts; it is also the wait after the first failed trial,
+	// since the circuit opened before a trial starts (so the first trial
+	// waits at least this long after the open); it is also the wait after
+	// the first failed trial,
 	// doubled after each further one up to maxBackoff. From 1s to 1h.
 	// Default 30s.
 	// +optional
@@ -397,6 +399,21 @@ type RemediationResult struct {
 	// tripswitch.dev/admitted-without.
 	// +optional
 	Labelled int32 `json:"labelled,omitempty"`
+	// Marked: objects the recovered webhook denies any update of, so neither
+	// a label nor a re-applied patch could be written to them; each has a
+	// Warning event AdmittedWithout, and markedObjects lists the first.
+	// +optional
+	Marked int32 `json:"marked,omitempty"`
+	// MarkedObjects are the first marked objects, "Kind namespace/name";
+	// the events and `tripswitch remediate -o json` have every one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	MarkedObjects []string `json:"markedObjects,omitempty"`
+	// Current: objects with nothing left to do: repaired in this window
+	// already (annotation tripswitch.dev/remediated), a patch that changes
+	// nothing, already labelled, or clean when looked at again.
+	// +optional
+	Current int32 `json:"current,omitempty"`
 	// Refused: objects tripswitch would not act on (not re-reviewed, a bare
 	// Pod, an owner it does not roll, a disruption budget that never allowed
 	// the eviction).
@@ -608,7 +625,8 @@ type WebhookCircuitBreakerStatus struct {
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 	// Conditions: Ready, CircuitOpen, TargetFound, ExternalChange, ProbeUnsupported,
-	// ProbesLate (probes cannot keep their interval), APIServerSignal.
+	// ProbesLate (probes cannot keep their interval), APIServerSignal, Owned
+	// (another controller writes the webhook, and whether the open survives it).
 	// While a trial runs (spec.halfOpen), CircuitOpen's reason is
 	// TrialRunning.
 	// +optional

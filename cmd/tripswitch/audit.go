@@ -19,7 +19,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/identity"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -42,11 +41,10 @@ func runAudit(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch audit", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, auditUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	output := fs.String("o", "table", "output format: table or json")
 	window := fs.Int("window", 1, "which open window: 1 is the most recent, 2 the one before, ...")
-	qps := fs.Float64("qps", v1alpha1.DefaultAuditQPS, "most API requests per second")
-	maxObjects := fs.Int("max-objects", 10000, "stop after this many matching objects")
+	qps, maxObjects := auditBudgetFlags(fs)
 	noReview := fs.Bool("no-review", false, "list the objects without re-reviewing them")
 	name, err := parseNamed(fs, args, "audit")
 	if err != nil {
@@ -97,6 +95,21 @@ func parseNamed(fs *flag.FlagSet, args []string, cmd string) (string, error) {
 	return name, nil
 }
 
+// cliAuditMaxObjects is --max-objects' default: ten times spec.audit's
+// (v1alpha1.DefaultAuditMaxObjects), since an operator who runs the audit
+// after an outage wants the whole window, where the controller's
+// unattended audit of every closed window keeps to the spec's bound.
+const cliAuditMaxObjects = 10 * v1alpha1.DefaultAuditMaxObjects
+
+// auditBudgetFlags defines the audit's budget on fs, for audit and
+// remediate alike: --qps (spec.audit.qps's default) and --max-objects.
+func auditBudgetFlags(fs *flag.FlagSet) (qps *float64, maxObjects *int) {
+	qps = fs.Float64("qps", v1alpha1.DefaultAuditQPS, "most API requests per second (the default is spec.audit.qps's)")
+	maxObjects = fs.Int("max-objects", cliAuditMaxObjects, fmt.Sprintf("stop after this many matching objects (ten times spec.audit.maxObjects' default of %d: "+
+		"run by hand, this lists a whole window; the controller's own audits keep to the spec's bound)", v1alpha1.DefaultAuditMaxObjects))
+	return qps, maxObjects
+}
+
 func checkAuditFlags(output string, window int, qps float64, maxObjects int) error {
 	switch {
 	case output != "table" && output != "json":
@@ -124,13 +137,12 @@ type windowAudit struct {
 
 // openWindow reads the breaker, its window number n (1 the most recent)
 // and its webhook, and makes an auditor limited to qps.
-func openWindow(ctx context.Context, kubeconfig, name string, n int, qps float64, noReview bool) (*windowAudit, error) {
-	f := &flags{kubeconfig: kubeconfig}
-	cfg, err := f.restConfig()
+func openWindow(ctx context.Context, kc kubeconfig, name string, n int, qps float64, noReview bool) (*windowAudit, error) {
+	cfg, err := kc.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	c, err := clusterClient(kubeconfig)
+	c, err := kc.client()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +159,7 @@ func openWindow(ctx context.Context, kubeconfig, name string, n int, qps float64
 		return nil, err
 	}
 	// The re-reviews name the operator running the command.
-	if s.requester, err = identity.Username(ctx, cfg); err != nil {
+	if s.requester, err = username(ctx, cfg); err != nil {
 		return nil, err
 	}
 	var reviewer audit.Reviewer

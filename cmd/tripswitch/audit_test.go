@@ -14,7 +14,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 )
 
 // TestAuditCommand: `tripswitch audit BREAKER` prints every object of the

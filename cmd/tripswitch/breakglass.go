@@ -11,8 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
@@ -39,24 +37,11 @@ the record is unreadable or someone changed what tripswitch set. Use it when
 the controller opened a circuit and is not there to close it.
 `
 
-func clusterClient(kubeconfig string) (client.Client, error) {
-	f := &flags{kubeconfig: kubeconfig}
-	cfg, err := f.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	scheme, err := newScheme()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
 func runStatus(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, statusUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	output := fs.String("o", "table", "output format: table or json")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,7 +49,7 @@ func runStatus(args []string, out io.Writer) error {
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("-o %s: must be table or json", *output)
 	}
-	c, err := clusterClient(*kubeconfig)
+	c, err := kubeconfig.client()
 	if err != nil {
 		return err
 	}
@@ -119,7 +104,7 @@ func runRestore(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch restore", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, restoreUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	all := fs.Bool("all", false, "restore every open circuit tripswitch may restore")
 	kindFlag := fs.String("kind", "", "Mutating or Validating, when both kinds have a configuration of that name")
 	if err := fs.Parse(args); err != nil {
@@ -135,7 +120,7 @@ func runRestore(args []string, out io.Writer) error {
 	if *all == (fs.NArg() > 0) {
 		return errors.New("name circuits as CONFIGURATION/WEBHOOK, or pass --all (not both)")
 	}
-	c, err := clusterClient(*kubeconfig)
+	c, err := kubeconfig.client()
 	if err != nil {
 		return err
 	}
@@ -207,7 +192,7 @@ func runStanddown(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch standdown", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, standdownUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	namespace := fs.String("namespace", "", "the controller's namespace (required)")
 	deployment := fs.String("deployment", "", "the controller's Deployment; default: the one labelled as tripswitch's controller in --namespace")
 	lease := fs.String("lease", "tripswitch.dev", "the controller's leader-election Lease")
@@ -225,7 +210,7 @@ func runStanddown(args []string, out io.Writer) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v must be positive", *timeout)
 	}
-	c, err := clusterClient(*kubeconfig)
+	c, err := kubeconfig.client()
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tripswitch-dev/tripswitch/internal/identity"
-	"github.com/tripswitch-dev/tripswitch/internal/preflight"
+	"github.com/tripswitch-dev/tripswitch/internal/check"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -21,10 +20,12 @@ Checks every WebhookCircuitBreaker (or those named) for what would keep it
 from working: the target configuration and webhook exist; RBAC approves the
 configuration for the controller's ServiceAccount; no other breaker names the
 same webhook; the webhook does not already fail open the way the breaker would
-open it; the controller can probe it (its last probe, from the breaker's
-status; with --probe, also one probe from here); the permissions the spec's
-options need (apiServerSignal, audit, probe.endpoints). Exits 1 when it finds
-a problem. Needs list on breakers and webhook configurations and create on
+open it; no other controller that writes the configuration undoes the open
+(from managedFields and owner references: Kyverno, istiod, server-side
+appliers; with the owner's own fail-open setting); the controller can probe it
+(its last probe, from the breaker's status; with --probe, also one probe from
+here); the permissions the spec's options need (apiServerSignal, audit,
+probe.endpoints). Exits 1 when it finds a problem. Needs list on breakers and webhook configurations and create on
 subjectaccessreviews.
 `
 
@@ -35,7 +36,7 @@ func runCheck(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch check", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, checkUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	output := fs.String("o", "table", "output format: table or json")
 	namespace := fs.String("namespace", "tripswitch-system", "namespace of the controller's ServiceAccount")
 	sa := fs.String("service-account", "tripswitch", "name of the controller's ServiceAccount, whose permissions are checked")
@@ -46,27 +47,26 @@ func runCheck(args []string, out io.Writer) error {
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("-o %s: must be table or json", *output)
 	}
-	c, err := clusterClient(*kubeconfig)
+	c, err := kubeconfig.client()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := preflight.Options{Client: c, Namespace: *namespace, ServiceAccount: *sa, Breakers: fs.Args()}
+	opts := check.Options{Client: c, Namespace: *namespace, ServiceAccount: *sa, Breakers: fs.Args()}
 	if *probeHere {
-		f := &flags{kubeconfig: *kubeconfig}
-		cfg, err := f.restConfig()
+		cfg, err := kubeconfig.restConfig()
 		if err != nil {
 			return err
 		}
 		// Review probes name the requester; here that is the operator.
-		user, err := identity.Username(ctx, cfg)
+		user, err := username(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("--probe: learn who you are, which admission review probes name: %w", err)
 		}
 		opts.Prober = &probe.HTTPProber{Requester: user}
 	}
-	rep, err := preflight.Run(ctx, opts)
+	rep, err := check.Run(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func runCheck(args []string, out io.Writer) error {
 	return nil
 }
 
-func printCheck(out io.Writer, format string, rep preflight.Report) error {
+func printCheck(out io.Writer, format string, rep check.Report) error {
 	if format == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")

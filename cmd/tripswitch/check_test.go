@@ -18,10 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/check"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/ownersim"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
-	"github.com/tripswitch-dev/tripswitch/internal/preflight"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
 
 // TestMain lets a test run this package's main as a process of its own
@@ -138,7 +139,7 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	}), healthy)
 	setStatus(breaker("unprobeable", "good", "w4.example.com", nil), v1alpha1.WebhookCircuitBreakerStatus{
 		Probe: v1alpha1.ProbeStatus{LastResult: string(probe.Unknown), LastReason: "caBundle holds no PEM certificate"},
-		Conditions: []metav1.Condition{{Type: policy.ConditionProbeUnsupported, Status: metav1.ConditionTrue, Reason: policy.ReasonProbeUnsupported,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionProbeUnsupported, Status: metav1.ConditionTrue, Reason: policy.ReasonProbeUnsupported,
 			Message: "caBundle holds no PEM certificate", LastTransitionTime: metav1.Now()}},
 	})
 
@@ -146,31 +147,31 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "6 problems found") {
 		t.Fatalf("check exited %d, stderr %q; want 1 and 6 problems\n%s", code, stderr, stdout)
 	}
-	var rep preflight.Report
+	var rep check.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("check -o json: %v\n%s", err, stdout)
 	}
 	if rep.Problems != 6 || len(rep.Breakers) != 8 || rep.Controller != "system:serviceaccount:tripswitch-system:tripswitch" {
 		t.Fatalf("report: %d problems, %d breakers, controller %s; want 6, 8, the default ServiceAccount\n%s", rep.Problems, len(rep.Breakers), rep.Controller, stdout)
 	}
-	byName := map[string]preflight.Breaker{}
+	byName := map[string]check.Breaker{}
 	for _, b := range rep.Breakers {
 		byName[b.Name] = b
 	}
 	for name, want := range map[string]struct {
 		check, says string
 	}{
-		"a-copy":         {preflight.CheckConflict, "breaker orig names the same webhook and is older"},
-		"typo":           {preflight.CheckTarget, "goood not found"},
-		"not-approved":   {preflight.CheckApproval, "approved: good, ignored"},
-		"already-ignore": {preflight.CheckFailOpen, "already Ignore"},
-		"signal":         {preflight.CheckPermission, "/metrics"},
-		"unprobeable":    {preflight.CheckProbe, "caBundle holds no PEM certificate"},
+		"a-copy":         {check.CheckConflict, "breaker orig names the same webhook and is older"},
+		"typo":           {check.CheckTarget, "goood not found"},
+		"not-approved":   {check.CheckApproval, "approved: good, ignored"},
+		"already-ignore": {check.CheckFailOpen, "already Ignore"},
+		"signal":         {check.CheckPermission, "/metrics"},
+		"unprobeable":    {check.CheckProbe, "caBundle holds no PEM certificate"},
 	} {
 		b := byName[name]
-		var problems []preflight.Finding
+		var problems []check.Finding
 		for _, f := range b.Findings {
-			if f.Result == preflight.Problem {
+			if f.Result == check.Problem {
 				problems = append(problems, f)
 			}
 		}
@@ -182,13 +183,13 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 		t.Errorf("typo: %q does not suggest good", w[0].Message)
 	}
 	for _, name := range []string{"fine", "orig"} {
-		if b := byName[name]; b.Worst() == preflight.Problem {
+		if b := byName[name]; b.Worst() == check.Problem {
 			t.Errorf("%s: %+v, want no problem", name, b.Findings)
 		}
 	}
 	// The chain of webhooks that match the same requests fits the deadline.
-	if f := byName["fine"].Findings; !slices.ContainsFunc(f, func(f preflight.Finding) bool {
-		return f.Check == preflight.CheckDeadline && f.Result == preflight.OK && strings.Contains(f.Message, "within the API server's request deadline of 1m0s")
+	if f := byName["fine"].Findings; !slices.ContainsFunc(f, func(f check.Finding) bool {
+		return f.Check == check.CheckDeadline && f.Result == check.OK && strings.Contains(f.Message, "within the API server's request deadline of 1m0s")
 	}) {
 		t.Errorf("fine: no deadline finding within 1m0s: %+v", f)
 	}
@@ -207,4 +208,127 @@ func TestCheckFindsEveryBrokenBreaker(t *testing.T) {
 	if _, _, code := runMain(t, "check", "--kubeconfig", kubeconfig, "no-such-breaker"); code != 1 {
 		t.Errorf("check of a breaker that does not exist exited %d, want 1", code)
 	}
+}
+
+// TestCheckSaysWhoOwnsTheTarget runs `tripswitch check` against
+// configurations that controllers own, each written by a simulator of its
+// pattern with the project's field manager: a problem where the owner undoes
+// the breaker's open (with the owner's own fail-open setting), a warning
+// where it may, nothing where it keeps the open or touches only the caBundle
+// or where only people's tools wrote.
+func TestCheckSaysWhoOwnsTheTarget(t *testing.T) {
+	env, kubeconfig := cluster(t)
+	ctx, c := t.Context(), env.Client
+	hook := func(name string) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name: name, ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/" + name), CABundle: []byte("ca")},
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tripswitch.test/never": "true"}},
+		}
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kyverno:admission-controller:webhook"}}
+	if err := c.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		name, manager string
+		pattern       ownersim.Pattern
+		installer     bool
+		ownerRef      bool
+	}{
+		{name: "kyverno-resource-validating-webhook-cfg", manager: "kyverno", pattern: ownersim.WholeUpdate, ownerRef: true},
+		{name: "platform-webhooks", manager: "platform-operator", pattern: ownersim.ApplyForce},
+		{name: "tenant-webhooks", manager: "tenant-operator", pattern: ownersim.WholeUpdate, ownerRef: true},
+		{name: "cert-injected", manager: "cert-manager-cainjector", pattern: ownersim.CABundleApply, installer: true},
+		{name: "hand-made", manager: "kubectl-client-side-apply", pattern: ownersim.WholeUpdate},
+	} {
+		want := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: o.name},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{hook("w.example.com")}}
+		if o.ownerRef {
+			want.OwnerReferences = []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}}
+		}
+		owner, err := ownersim.New(env.Config, env.Scheme, o.pattern, o.manager, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.installer {
+			if err := owner.Create(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := owner.CreateAs(ctx, "helm"); err != nil {
+			t.Fatal(err)
+		}
+		owner.SetCABundle([]byte("injected-ca"))
+		if err := owner.Write(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []struct {
+		name, cfg string
+		action    v1alpha1.OpenAction
+	}{
+		{"kyverno", "kyverno-resource-validating-webhook-cfg", v1alpha1.OpenActionIgnore},
+		{"platform-ignore", "platform-webhooks", v1alpha1.OpenActionIgnore},
+		{"platform-bypass", "platform-webhooks", v1alpha1.OpenActionBypass},
+		{"tenant", "tenant-webhooks", v1alpha1.OpenActionBypass},
+		{"cert-injected", "cert-injected", v1alpha1.OpenActionIgnore},
+		{"hand-made", "hand-made", v1alpha1.OpenActionIgnore},
+	} {
+		wcb := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: b.name}, Spec: v1alpha1.WebhookCircuitBreakerSpec{
+			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: b.cfg, WebhookName: "w.example.com"},
+			AllowAdmissionWithoutMutation: true, OpenAction: b.action,
+		}}
+		if err := c.Create(ctx, wcb); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stdout, _, _ := runMain(t, "check", "--kubeconfig", kubeconfig, "-o", "json")
+	var rep check.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("check -o json: %v\n%s", err, stdout)
+	}
+	for name, want := range map[string]struct {
+		result check.Result
+		says   []string
+	}{
+		"kyverno":         {check.Problem, []string{"Kyverno (field manager kyverno)", "undoes openAction Ignore", "--forceFailurePolicyIgnore"}},
+		"platform-ignore": {check.Problem, []string{"field manager platform-operator", "server-side apply", "Use openAction Bypass"}},
+		"platform-bypass": {check.OK, []string{"openAction Bypass holds"}},
+		"tenant":          {check.Warning, []string{"field manager tenant-operator", "if it writes the whole entry"}},
+		"cert-injected":   {check.OK, []string{"cert-manager (field manager cert-manager-cainjector) writes only the caBundle"}},
+		"hand-made":       {check.OK, []string{"kubectl-client-side-apply is a person's tool"}},
+	} {
+		var found *check.Finding
+		for _, b := range rep.Breakers {
+			for i, f := range b.Findings {
+				if b.Name == name && f.Check == check.CheckOwner {
+					found = &b.Findings[i]
+				}
+			}
+		}
+		if found == nil || found.Result != want.result {
+			t.Errorf("%s: owner finding %+v, want %s", name, found, want.result)
+			continue
+		}
+		for _, s := range want.says {
+			if !strings.Contains(found.Message, s) {
+				t.Errorf("%s: %q lacks %q", name, found.Message, s)
+			}
+		}
+	}
+	var table bytes.Buffer
+	_ = dispatch([]string{"check", "--kubeconfig", kubeconfig}, &table)
+	var owned []string
+	for _, line := range strings.Split(table.String(), "\n") {
+		if strings.Contains(line, " owner ") || strings.HasPrefix(line, "BREAKER") || strings.Contains(line, "breakers checked") {
+			owned = append(owned, line)
+		}
+	}
+	t.Logf("tripswitch check, the owner findings:\n%s", strings.Join(owned, "\n"))
 }

@@ -7,6 +7,7 @@
 //	tripswitch restore --all
 //	tripswitch audit BREAKER [--window N]  list and re-review what an open window admitted
 //	tripswitch remediate BREAKER [--apply] repair it: re-apply patches, roll Pods, label objections
+//	tripswitch standdown --namespace NS    before an uninstall: stop the controller, restore every circuit
 //	tripswitch check [-o table|json]       find what would keep each breaker from working
 //	tripswitch --version                   print the version
 //	tripswitch --help                      list the flags
@@ -34,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -42,7 +44,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
-	"github.com/tripswitch-dev/tripswitch/internal/identity"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -120,7 +121,7 @@ func newScheme() (*runtime.Scheme, error) {
 
 // flags are the manager's command line.
 type flags struct {
-	kubeconfig                             string
+	kubeconfig                             *kubeconfig
 	metricsAddr, probeAddr, metricsCertDir string
 	pprofAddr                              string
 	metricsSecure                          bool
@@ -131,6 +132,7 @@ type flags struct {
 	burst, concurrency                     int
 	maxOpenCircuits                        int
 	signalInterval, requestTimeout         time.Duration
+	kernelEvidence                         bool
 	showVersion                            bool
 	zap                                    zap.Options
 }
@@ -151,7 +153,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 			"Flags:\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, the in-cluster config, then ~/.kube/config")
+	f.kubeconfig = kubeconfigFlag(fs)
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; \"0\" disables it")
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS and authenticate and authorize every scrape (TokenReview and SubjectAccessReview on GET /metrics); false serves plain HTTP, for local runs")
 	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics endpoint; default: a self-signed certificate made at start")
@@ -168,6 +170,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.requestTimeout, "apiserver-request-timeout", 60*time.Second, "the API server's --request-timeout: each breaker's Preflight condition says when the webhooks that can match the same requests can take longer than this, with every circuit closed")
 	fs.DurationVar(&f.signalInterval, "apiserver-signal-interval", 5*time.Second, "how often the API server's /metrics is read for breakers with spec.apiServerSignal")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's pprof endpoints, for profiling; \"0\" (default) disables them")
+	fs.BoolVar(&f.kernelEvidence, "probe-kernel-evidence", true, "on Linux, confirm a probe's timeout from the kernel's count of what its connection received (nothing since the request was written), and count an answer read late whose last byte arrived in time; false judges by the controller's own running time alone (docs/evidence.md)")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	f.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -208,11 +211,23 @@ func (f *flags) leaseNamespace() (string, error) {
 	return "", errors.New("--leader-election-namespace is required when running outside a cluster (or pass --leader-elect=false for a single replica)")
 }
 
-func (f *flags) restConfig() (*rest.Config, error) {
-	if f.kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+// kubeconfig is the --kubeconfig flag of the controller and every command:
+// the cluster to talk to.
+type kubeconfig string
+
+// kubeconfigFlag defines --kubeconfig on fs.
+func kubeconfigFlag(fs *flag.FlagSet) *kubeconfig {
+	k := new(kubeconfig)
+	fs.StringVar((*string)(k), "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, the in-cluster config, then ~/.kube/config")
+	return k
+}
+
+// restConfig is the client configuration k names.
+func (k kubeconfig) restConfig() (*rest.Config, error) {
+	if k != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", string(k))
 		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+			return nil, fmt.Errorf("--kubeconfig %s: %w", string(k), err)
 		}
 		return cfg, nil
 	}
@@ -221,6 +236,19 @@ func (f *flags) restConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("no cluster to talk to (set --kubeconfig or $KUBECONFIG): %w", err)
 	}
 	return cfg, nil
+}
+
+// client is a client of the cluster k names, with tripswitch's scheme.
+func (k kubeconfig) client() (client.Client, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
 // setLogger makes log the one logger: controller-runtime's and klog's, so
@@ -250,7 +278,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
-	cfg, err := f.restConfig()
+	cfg, err := f.kubeconfig.restConfig()
 	if err != nil {
 		return err
 	}
@@ -281,13 +309,13 @@ func run(args []string, out io.Writer) error {
 	// The reviews tripswitch sends name the user it runs as, in whatever
 	// namespace it was installed.
 	idCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	requester, err := identity.Username(idCtx, cfg)
+	requester, err := username(idCtx, cfg)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("learn the controller's identity, which its probe and audit reviews name: %w", err)
 	}
 	ctrl.Log.Info("running as", "user", requester)
-	prober := &probe.HTTPProber{}
+	prober := &probe.HTTPProber{IgnoreKernel: !f.kernelEvidence}
 	if _, err := controller.Setup(mgr, controller.Options{Prober: prober, Registerer: metrics.Registry, MaxConcurrentReconciles: f.concurrency,
 		SignalInterval: f.signalInterval, Requester: requester, MaxOpenCircuits: f.maxOpenCircuits, RequestDeadline: f.requestTimeout}); err != nil {
 		return err

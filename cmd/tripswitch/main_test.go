@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/klog/v2"
@@ -29,8 +30,8 @@ func TestProductionBinaryLinksNoTestCode(t *testing.T) {
 	for _, p := range deps {
 		for _, banned := range []string{
 			"sigs.k8s.io/controller-runtime/pkg/envtest", "gonum.org/v1/plot",
-			"github.com/tripswitch-dev/tripswitch/internal/slowhook", "github.com/tripswitch-dev/tripswitch/internal/selfsigned",
-			"github.com/tripswitch-dev/tripswitch/internal/demo", "github.com/tripswitch-dev/tripswitch/internal/testenv", "testing",
+			"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook", "github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned",
+			"github.com/tripswitch-dev/tripswitch/internal/demo", "github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv", "testing",
 		} {
 			if p == banned || strings.HasPrefix(p, banned+"/") {
 				t.Errorf("the manager links %s", p)
@@ -73,7 +74,7 @@ func TestHelpVersionAndFlagErrors(t *testing.T) {
 // "Failed to watch") come out of the manager's logger, as JSON, not as
 // klog's own text on stderr.
 func TestKlogWritesThroughTheLogger(t *testing.T) {
-	var buf bytes.Buffer
+	var buf lockedBuffer
 	f, err := parseFlags(nil, &buf)
 	if err != nil {
 		t.Fatal(err)
@@ -84,12 +85,32 @@ func TestKlogWritesThroughTheLogger(t *testing.T) {
 	klog.ErrorS(errors.New(`the server could not find the requested resource`), "Failed to watch", "reflector", "k8s.io/client-go/informers/factory.go:160")
 	klog.Flush()
 	var line map[string]any
-	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &line); err != nil {
+	if err := json.Unmarshal(bytes.TrimSpace([]byte(buf.String())), &line); err != nil {
 		t.Fatalf("klog's line is not one JSON object (%v):\n%s", err, buf.String())
 	}
 	if line["msg"] != "Failed to watch" || line["reflector"] == nil || line["level"] != "error" {
 		t.Fatalf("klog's line through the logger: %v", line)
 	}
+}
+
+// lockedBuffer is a logger's destination that goroutines may share:
+// controller-runtime keeps the first logger a process sets, so a manager a
+// later test runs in this process logs here too, from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestGCPercent: the controller's own GOGC applies only when the

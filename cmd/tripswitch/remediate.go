@@ -41,24 +41,30 @@ server would accept. With --apply:
   Objected: listed with the webhook's reason; --label labels it
     tripswitch.dev/admitted-without=<webhook>. Nothing is deleted;
   NotChecked, NotReviewed: reported, never acted on.
+An object is repaired once per window: the patch also writes the annotation
+tripswitch.dev/remediated, and a later run leaves an object that carries it
+Current, even when the webhook would change it again (a webhook that is not
+idempotent). A patch that changes nothing is no repair. When the webhook
+denies the update itself (it reviews UPDATE too, as policy engines do), no
+label and no patch can be written: the object is Marked instead, with an
+AdmittedWithout event on it, in the window's audit record and in -o json.
 Every change is dry-run before the first real one; the first authorization
 error stops the run. Exit status 1 when it stopped or a change failed; a
-refusal (a bare Pod, a budget that never allowed the eviction) is reported,
-not an error. Events go on each object and the breaker, the counts into
-the window's audit status. Needs what tripswitch audit needs, and patch on the
-resources, create on pods/eviction, create on events.events.k8s.io, update on
-webhookcircuitbreakers/status.
+refusal (a bare Pod, a budget that never allowed the eviction) or a mark is
+reported, not an error. Events go on each object and the breaker, the counts
+into the window's audit status. Needs what tripswitch audit needs, and patch
+on the resources, create on pods/eviction, create on events.events.k8s.io,
+update on webhookcircuitbreakers/status.
 `
 
 func runRemediate(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tripswitch remediate", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, remediateUsage); fs.PrintDefaults() }
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	kubeconfig := kubeconfigFlag(fs)
 	output := fs.String("o", "table", "output format: table or json")
 	window := fs.Int("window", 1, "which open window: 1 is the most recent, 2 the one before, ...")
-	qps := fs.Float64("qps", 5, "most API requests per second")
-	maxObjects := fs.Int("max-objects", 10000, "stop after this many matching objects")
+	qps, maxObjects := auditBudgetFlags(fs)
 	apply := fs.Bool("apply", false, "make the changes (default: a dry run)")
 	roll := fs.Bool("roll", true, "evict controller-owned Pods the webhook would mutate")
 	label := fs.Bool("label", false, "label objects a validating webhook objects to "+remediate.LabelKey+"=<webhook>")
@@ -181,13 +187,13 @@ func printRemediation(out io.Writer, format string, rep *remediate.Report, audit
 	}
 	fmt.Fprintf(out, "%s: webhook %s, window %s to %s: %d objects to consider.\n", mode, rep.Webhook,
 		rep.Window.From.UTC().Format(time.RFC3339), rep.Window.To.UTC().Format(time.RFC3339), len(rep.Items))
-	for _, o := range []remediate.Outcome{remediate.WouldRemediate, remediate.WouldRoll, remediate.WouldLabel, remediate.Remediated, remediate.Rolled,
-		remediate.Labelled, remediate.Listed, remediate.Current, remediate.Refused, remediate.Failed, remediate.NotDone} {
+	for _, o := range []remediate.Outcome{remediate.WouldRemediate, remediate.WouldRoll, remediate.WouldLabel, remediate.WouldMark, remediate.Remediated, remediate.Rolled,
+		remediate.Labelled, remediate.Marked, remediate.Listed, remediate.Current, remediate.Refused, remediate.Failed, remediate.NotDone} {
 		if n := rep.Counts[o]; n > 0 {
 			fmt.Fprintf(out, "  %s: %d\n", o, n)
 		}
 	}
-	for _, n := range append(auditNotes, notes...) {
+	for _, n := range append(append(auditNotes, remediationNotes(rep)...), notes...) {
 		fmt.Fprintf(out, "Note: %s\n", n)
 	}
 	if rep.Stopped != "" {
@@ -200,18 +206,46 @@ func printRemediation(out io.Writer, format string, rep *remediate.Report, audit
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OUTCOME\tACTION\tKIND\tOBJECT\tDETAIL")
 	for _, it := range rep.Items {
-		obj := it.Name
-		if it.Namespace != "" {
-			obj = it.Namespace + "/" + it.Name
-		}
+		obj := it.Object()
 		detail := it.Message
 		switch {
 		case it.Action == remediate.Roll && detail == "":
 			detail = "owner " + it.Owner
 		case it.Action == remediate.Reapply && detail == "":
-			detail = "patch " + it.Patch
+			// The webhook's patch; the precondition and the repair's record
+			// are in -o json's patch.
+			patch, rv := it.Review()
+			detail = "at resourceVersion " + rv + ": patch " + patch
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Action, it.Kind, obj, detail)
 	}
 	return tw.Flush()
+}
+
+// remediationNotes explain the outcomes that are no failure but need the
+// operator: objects repaired already, objects marked.
+func remediationNotes(rep *remediate.Report) []string {
+	var repaired, marked int
+	for _, it := range rep.Items {
+		switch {
+		case it.Repaired != nil:
+			repaired++
+		case it.Outcome == remediate.Marked || it.Outcome == remediate.WouldMark:
+			marked++
+		}
+	}
+	var notes []string
+	if repaired > 0 {
+		notes = append(notes, fmt.Sprintf("%d objects were repaired in this window already (annotation %s) and are not repaired again, though the webhook would still change them: it is not idempotent, or they changed since their repair",
+			repaired, remediate.RepairedKey))
+	}
+	if marked > 0 {
+		how := "--apply marks each"
+		if !rep.DryRun {
+			how = "Each is marked"
+		}
+		notes = append(notes, fmt.Sprintf("%d objects cannot be changed by tripswitch: the webhook reviews their updates too and denies them, so neither the label nor a re-applied patch can be written. %s where the webhook cannot block it: a Warning event AdmittedWithout on the object (kubectl get events -A --field-selector reason=AdmittedWithout), the window's audit record (status.history[].audit.remediation.markedObjects) and -o json. Fix, recreate or delete them yourself",
+			marked, how))
+	}
+	return notes
 }

@@ -20,7 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // The cost scenario: what the controller's steady state costs against a

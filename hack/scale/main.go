@@ -48,13 +48,15 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 var (
 	pprofAddr     *string
 	controllerEnv []string
+	// controllerArgs are added to the controller's command line (-flag).
+	controllerArgs []string
 	// probeKind is every breaker's probe (-probe); empty is the default, HTTPGet.
 	probeKind v1alpha1.ProbeKind
 )
@@ -84,12 +86,19 @@ func main() {
 	})
 	flag.Float64Var(&o.cpuQuota, "cpu-quota", 0, "starve: each replica's CPU limit in cores (0.15 is 150m), as a cgroup quota over 100 ms periods; needs root; 0 means none")
 	flag.IntVar(&o.cpuShares, "cpu-shares", 0, "storm: the controller runs in a cgroup of this CPU weight (cpu.shares: 1024 per CPU requested, as the kubelet sets it), so that on this shared machine it gets the CPU a request gives it on a busy node; needs root; 0 means none")
-	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof)")
+	pprofAddr = flag.String("pprof", "", "if set, the controller serves pprof here (profile the steady state with go tool pprof); starve: any value gives each replica a port of its own and saves the leader's CPU profile of the outage")
 	flag.Func("env", "KEY=VALUE added to the controller's environment (repeatable), as a pod spec would set it: GOMAXPROCS=1, GOMEMLIMIT=90MiB", func(v string) error {
 		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
 			return fmt.Errorf("want KEY=VALUE, got %q", v)
 		}
 		controllerEnv = append(controllerEnv, v)
+		return nil
+	})
+	flag.Func("flag", "a flag added to the controller's command line (repeatable): --probe-kernel-evidence=false", func(v string) error {
+		if !strings.HasPrefix(v, "--") {
+			return fmt.Errorf("want --name=value, got %q", v)
+		}
+		controllerArgs = append(controllerArgs, v)
 		return nil
 	})
 	flag.Parse()
@@ -466,6 +475,7 @@ func startController(env *testenv.Env) (*exec.Cmd, string, error) {
 	if *pprofAddr != "" {
 		args = append(args, "--pprof-bind-address", *pprofAddr)
 	}
+	args = append(args, controllerArgs...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), controllerEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -499,6 +509,7 @@ type counter struct {
 type change struct {
 	at    time.Time
 	total int
+	name  string // the object whose count changed
 }
 
 // newCounter starts an informer on obj's kind in a cache of its own and
@@ -532,7 +543,7 @@ func newCounter(ctx context.Context, env *testenv.Env, obj client.Object, count 
 		}
 		c.total += v - c.per[obj.GetName()]
 		c.per[obj.GetName()] = v
-		c.changes = append(c.changes, change{at: time.Now(), total: c.total})
+		c.changes = append(c.changes, change{at: time.Now(), total: c.total, name: obj.GetName()})
 		close(c.wake)
 		c.wake = make(chan struct{})
 	}
@@ -777,6 +788,36 @@ func printStorm(phase string, a, b map[string]float64) {
 			c, 1000*d("workqueue_queue_duration_seconds_sum")/d("workqueue_queue_duration_seconds_count"), 1000*d("workqueue_work_duration_seconds_sum")/c)
 	}
 	fmt.Println()
+}
+
+// last names the n objects whose count changed last, the latest first.
+func (c *counter) last(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for i := len(c.changes) - 1; i >= 0 && len(names) < n; i-- {
+		names = append(names, c.changes[i].name)
+	}
+	return names
+}
+
+// probeResults reads each breaker's probe results, by result.
+func probeResults(addr string) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	scrapeMetrics(addr, func(line string) {
+		rest, ok := strings.CutPrefix(line, "tripswitch_probe_results_total{")
+		if !ok {
+			return
+		}
+		i := strings.LastIndexByte(rest, ' ')
+		v, _ := strconv.ParseFloat(rest[i+1:], 64)
+		b := label(rest, "breaker")
+		if out[b] == nil {
+			out[b] = map[string]float64{}
+		}
+		out[b][label(rest, "result")] += v
+	})
+	return out
 }
 
 // gauges reads the controller's process gauges from its metrics.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // The harness's short runs: a few breakers through each scenario that

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +25,8 @@ import (
 
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // The starve scenario: N healthy webhooks, the controller as two replicas
@@ -42,6 +45,7 @@ type replica struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	metrics string
+	pprof   string // with -pprof: where it serves pprof
 	cgroup  string
 }
 
@@ -100,14 +104,25 @@ func (rs *replicas) start(name string) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(rs.bin, "--kubeconfig", rs.kubeconfig, "--metrics-secure=false", "--metrics-bind-address", addr,
-		"--health-probe-bind-address=0", "--leader-election-namespace=default", "--zap-time-encoding=rfc3339nano")
+	args := append([]string{"--kubeconfig", rs.kubeconfig, "--metrics-secure=false", "--metrics-bind-address", addr,
+		"--health-probe-bind-address=0", "--leader-election-namespace=default", "--zap-time-encoding=rfc3339nano"}, controllerArgs...)
+	pprof := ""
+	if *pprofAddr != "" {
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		pprof = pl.Addr().String()
+		_ = pl.Close()
+		args = append(args, "--pprof-bind-address", pprof)
+	}
+	cmd := exec.Command(rs.bin, args...)
 	cmd.Env = append(os.Environ(), controllerEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &replica{name: name, cmd: cmd, done: make(chan struct{}), metrics: addr}
+	r := &replica{name: name, cmd: cmd, done: make(chan struct{}), metrics: addr, pprof: pprof}
 	if rs.quota > 0 {
 		if r.cgroup, err = cpuCgroup(fmt.Sprintf("tripswitch-starve-%d", cmd.Process.Pid), rs.quota, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
@@ -354,6 +369,10 @@ func runStarve(o options) error {
 	if err != nil {
 		return err
 	}
+	ready, err := newCounter(ctx, env, &v1alpha1.WebhookCircuitBreaker{}, readyCount)
+	if err != nil {
+		return err
+	}
 	rs, err := newReplicas(env, o.cpuQuota)
 	if err != nil {
 		return err
@@ -395,12 +414,21 @@ func runStarve(o options) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	created := time.Now()
 	step := func(phase string, d time.Duration) {
 		opened.setPhase(phase)
 		fmt.Printf("  %5.0f s  %s\n", time.Since(begin).Seconds(), phase)
 		time.Sleep(d)
 	}
-	step("creation", 30*time.Second)
+	opened.setPhase("creation")
+	readyAfter := "not all"
+	if _, last, err := ready.until(created, 4*time.Minute, func(t int) bool { return t == n }); err == nil {
+		readyAfter = fmt.Sprintf("%.1f s", last.Seconds())
+	} else {
+		fmt.Println("creation:", err)
+	}
+	fmt.Printf("  every breaker Closed, Ready and healthy %s after the last create\n", readyAfter)
+	step("creation", max(30*time.Second-time.Since(created), 0))
 	l, err := rs.waitLeader(time.Minute)
 	if err != nil {
 		return err
@@ -433,13 +461,42 @@ func runStarve(o options) error {
 	}
 	opened.setPhase("outage")
 	fmt.Printf("fault in every webhook (%s)...\n", o.fault)
+	lead, err := rs.waitLeader(time.Minute)
+	if err != nil {
+		return err
+	}
+	before, results := storm(lead.metrics), probeResults(lead.metrics)
 	down.Store(true)
 	faultAt := time.Now()
+	if lead.pprof != "" {
+		// The leader's CPU in the outage's first 12 s, where it decides.
+		go func() {
+			path := filepath.Join(rs.dir, "outage-cpu.pprof")
+			if err := fetch("http://"+lead.pprof+"/debug/pprof/profile?seconds=12", path); err != nil {
+				fmt.Println("outage profile:", err)
+				return
+			}
+			fmt.Println("  the leader's CPU profile of the outage's first 12 s:", path)
+		}()
+	}
 	lastOpen := "not all"
-	if _, last, err := open.until(faultAt, 3*time.Minute, func(t int) bool { return t == n }); err == nil {
-		lastOpen = fmt.Sprintf("%.1f s", last.Seconds())
+	if first, last, err := open.until(faultAt, 3*time.Minute, func(t int) bool { return t == n }); err == nil {
+		lastOpen = fmt.Sprintf("%.1f / %.1f s", first.Seconds(), last.Seconds())
 	} else {
 		fmt.Println("outage:", err)
+	}
+	if l := rs.leader(); l == lead {
+		// What the probes said in the outage, and of the last to open.
+		printStorm("outage", before, storm(lead.metrics))
+		now := probeResults(lead.metrics)
+		for _, cfg := range open.last(3) {
+			for b, r := range now {
+				if strings.HasPrefix(b, cfg+"-") {
+					fmt.Printf("  %s, among the last to open: Unhealthy %.0f, Discarded %.0f, Healthy %.0f\n", b,
+						r["Unhealthy"]-results[b]["Unhealthy"], r["Discarded"]-results[b]["Discarded"], r["Healthy"]-results[b]["Healthy"])
+				}
+			}
+		}
 	}
 	down.Store(false)
 	recoverAt := time.Now()
@@ -453,8 +510,8 @@ func runStarve(o options) error {
 	if periods1 > periods0 {
 		throttledShare = 100 * float64(throttled1-throttled0) / float64(periods1-periods0)
 	}
-	fmt.Printf("\n| CPU limit | breakers | false opens (healthy webhooks, %.0f s: creation, restart, failover, paused 2/5/10 s) | controller CPU used | periods throttled | outage (%s): all open after | recovery: all closed after |\n", healthyFor.Seconds(), o.fault)
-	fmt.Println("| ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+	fmt.Printf("\n| CPU limit | breakers | all Closed and healthy after creation | false opens (healthy webhooks, %.0f s: creation, restart, failover, paused 2/5/10 s) | controller CPU used | periods throttled | outage (%s): first / all open after | recovery: all closed after |\n", healthyFor.Seconds(), o.fault)
+	fmt.Println("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
 	limit := "none"
 	if o.cpuQuota > 0 {
 		limit = fmt.Sprintf("%.0f %%", 100*o.cpuQuota)
@@ -463,7 +520,7 @@ func runStarve(o options) error {
 	if len(parts) > 0 {
 		detail = " (" + strings.Join(parts, ", ") + ")"
 	}
-	fmt.Printf("| %s | %d | %d%s | %.1f %% | %.0f %% | %s | %s |\n", limit, n, falseOpens, detail,
+	fmt.Printf("| %s | %d | %s | %d%s | %.1f %% | %.0f %% | %s | %s |\n", limit, n, readyAfter, falseOpens, detail,
 		100*(cpu1-cpu0)/healthyFor.Seconds(), throttledShare, lastOpen, lastClose)
 	if falseOpens > 0 {
 		return fmt.Errorf("%d circuits opened on healthy webhooks", falseOpens)
@@ -475,4 +532,22 @@ func configMeta() client.Object {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingWebhookConfiguration"))
 	return m
+}
+
+// fetch saves what url answers in path.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

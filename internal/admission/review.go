@@ -1,8 +1,9 @@
 // Package admission builds the dry-run AdmissionReview tripswitch sends to a
-// webhook (a probe, or an audit's re-review) and reads the answer, the way
-// the API server does: the version the webhook accepts, a fresh UID, the
-// requester, and an answer that is only an answer when it is a review
-// response for that UID.
+// webhook (a probe, or an audit's re-review), sends a re-review within the
+// webhook's timeout through the Poster it is given (Send), and reads the
+// answer, the way the API server does: the version the webhook accepts, a
+// fresh UID, the requester, and an answer that is only an answer when it is
+// a review response for that UID.
 package admission
 
 import (

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // TestSignalFromARealAPIServer: a validating webhook with failurePolicy

@@ -22,9 +22,13 @@ type Settings struct {
 	MinimumCalls int
 	// FailureRateThreshold is the percentage at which the signal says failing.
 	FailureRateThreshold float64
-	// From, when set, starts the window no earlier than this: a half-open
-	// trial counts only the calls made since it began. The last sample at or
-	// before From is each instance's baseline.
+	// From, when set, is a half-open trial's start: the trial counts only
+	// its own calls, from each instance's first read that began after the
+	// tracker learned of this From (not its last read before From: that can
+	// predate the open, and the calls that opened the circuit would be
+	// judged as the trial's). Calls between the trial's write and that read
+	// go uncounted, so Ensure asks for a read at once. The baseline is kept
+	// past the window: a trial judges every call since it began.
 	From time.Time
 }
 
@@ -69,6 +73,8 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	tracked map[string]*tracked
+	// kick asks Start for a read before the next tick.
+	kick chan struct{}
 }
 
 type tracked struct {
@@ -82,9 +88,13 @@ type tracked struct {
 	shown Status
 	// last is the window as of the last scrape (Current).
 	last Status
+	// fromSeen is when Ensure first saw settings.From: reads that began
+	// before it may hold calls from before the trial.
+	fromSeen time.Time
 }
 
-// sample is one instance's cumulative counts at one read.
+// sample is one instance's cumulative counts at one read; at is when the
+// read began, so the counts hold every call made before at.
 type sample struct {
 	at time.Time
 	Counts
@@ -103,19 +113,48 @@ func (t *Tracker) Ensure(name string, s Settings) error {
 	if t.tracked == nil {
 		t.tracked = map[string]*tracked{}
 	}
+	now := t.Clock.Now()
 	if cur, ok := t.tracked[name]; ok && cur.settings.Webhook == s.Webhook {
 		// The same series, judged anew.
 		if cur.settings != s {
+			if !s.From.Equal(cur.settings.From) {
+				t.newFrom(cur, s.From, now)
+			}
 			cur.settings = s
 			cur.last = cur.current()
-			cur.last.At = t.Clock.Now()
+			cur.last.At = now
 			cur.shown = cur.last
 		}
 		return nil
 	}
 	st := Status{FailureRate: -1, Message: "no sample of the API server's metrics yet"}
-	t.tracked[name] = &tracked{settings: s, series: map[string][]sample{}, status: st, shown: st, last: st}
+	tr := &tracked{settings: s, series: map[string][]sample{}, status: st, shown: st, last: st}
+	t.newFrom(tr, s.From, now)
+	t.tracked[name] = tr
 	return nil
+}
+
+// newFrom notes when the tracker learned of a trial's start, and asks for a
+// read at once: it is the trial's baseline, and the calls made before it are
+// not counted.
+func (t *Tracker) newFrom(tr *tracked, from, now time.Time) {
+	tr.fromSeen = time.Time{}
+	if from.IsZero() {
+		return
+	}
+	tr.fromSeen = now
+	t.kickLocked()
+}
+
+// kickLocked asks Start for a read now (t.mu held).
+func (t *Tracker) kickLocked() {
+	if t.kick == nil {
+		t.kick = make(chan struct{}, 1)
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Stop forgets a breaker.
@@ -152,15 +191,24 @@ func (t *Tracker) Current(name string) (Status, bool) {
 // NeedLeaderElection: only the leader scrapes.
 func (t *Tracker) NeedLeaderElection() bool { return true }
 
-// Start scrapes every Interval while any breaker uses the signal.
+// Start scrapes every Interval while any breaker uses the signal, and at
+// once when a half-open trial starts (its baseline).
 func (t *Tracker) Start(ctx context.Context) error {
 	tick := t.Clock.NewTicker(t.Interval)
 	defer tick.Stop()
+	t.mu.Lock()
+	if t.kick == nil {
+		t.kick = make(chan struct{}, 1)
+	}
+	kick := t.kick
+	t.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C():
+			t.Scrape(ctx)
+		case <-kick:
 			t.Scrape(ctx)
 		}
 	}
@@ -175,6 +223,7 @@ func (t *Tracker) Scrape(ctx context.Context) {
 	if n == 0 {
 		return
 	}
+	began := t.Clock.Now()
 	data, err := t.Source(ctx)
 	var r Reading
 	if err == nil {
@@ -207,7 +256,7 @@ func (t *Tracker) Scrape(ctx context.Context) {
 			if !ok {
 				tr.status.Message = fmt.Sprintf("the API server has not called webhook %s (%s) since it started", tr.settings.Webhook.Name, tr.settings.Webhook.Type)
 			}
-			tr.add(r.Instance, sample{at: now, Counts: c})
+			tr.add(r.Instance, sample{at: began, Counts: c})
 		}
 		tr.prune(now)
 		cur := tr.current()
@@ -251,17 +300,13 @@ func (tr *tracked) add(instance string, s sample) {
 }
 
 // prune drops the samples that fell out of the window, and the instances
-// left with none.
+// left with none; a trial keeps its baseline and everything after it.
 func (tr *tracked) prune(now time.Time) {
 	from := now.Add(-tr.settings.Window)
 	for id, ss := range tr.series {
 		i := 0
-		for i < len(ss) && ss[i].at.Before(from) {
+		for i < len(ss) && ss[i].at.Before(from) && (tr.fromSeen.IsZero() || ss[i].at.Before(tr.fromSeen)) {
 			i++
-		}
-		// Keep the baseline of a From inside the window.
-		if f := tr.settings.From; f.After(from) && i > 0 && i < len(ss) {
-			i--
 		}
 		if i == len(ss) {
 			delete(tr.series, id)
@@ -277,8 +322,8 @@ func (tr *tracked) current() Status {
 	s := tr.status
 	s.Calls, s.Failures = 0, 0
 	for _, ss := range tr.series {
-		if f := tr.settings.From; !f.IsZero() {
-			ss = since(ss, f)
+		if !tr.fromSeen.IsZero() {
+			ss = since(ss, tr.fromSeen)
 		}
 		if len(ss) == 0 {
 			continue
@@ -296,15 +341,12 @@ func (tr *tracked) current() Status {
 	return s
 }
 
-// since returns the samples from the last one at or before from, or all of
-// them when every sample is later.
+// since returns the samples from the first read that began at or after
+// from: none of the calls it counts can be older than from.
 func since(ss []sample, from time.Time) []sample {
 	i := 0
-	for i+1 < len(ss) && !ss[i+1].at.After(from) {
+	for i < len(ss) && ss[i].at.Before(from) {
 		i++
-	}
-	if ss[i].at.After(from) {
-		return ss
 	}
 	return ss[i:]
 }

@@ -250,9 +250,11 @@ func TestShownNumbersRefresh(t *testing.T) {
 }
 
 // TestFromCountsOnlyTheTrial: with Settings.From (a half-open trial's
-// start), the failures that opened the circuit, still inside the window,
-// do not count; each instance's calls count from its last read before the
-// trial, and an instance first read during the trial counts from then.
+// start), neither the failures that opened the circuit nor the calls made
+// after the last read before the trial count: each instance counts from its
+// first read that began after the tracker learned of the trial. The defect
+// this guards: a trial that started right after the open was judged on the
+// calls that opened it (its baseline was the last read before From).
 func TestFromCountsOnlyTheTrial(t *testing.T) {
 	a := &server{start: "1.8e+09", calls: 100}
 	b := &server{start: "1.80000001e+09", calls: 50}
@@ -270,21 +272,30 @@ func TestFromCountsOnlyTheTrial(t *testing.T) {
 	if s := observe(t, tr); !s.Failing || s.Failures != 20 {
 		t.Fatalf("outage: %+v, want failing on 20 of 20", s)
 	}
-	clk.Step(5 * time.Second)
-	// The trial starts; the window still holds the outage.
-	settings.From = clk.Now()
+	// 15 more failures after that read, before Bypass took effect: no read
+	// counted them yet.
+	a.calls += 15
+	a.failing += 15
+	clk.Step(200 * time.Millisecond)
+	// The trial starts; the window still holds the outage. Its start is
+	// what the record keeps, to the second: earlier than the last read.
+	settings.From = clk.Now().Truncate(time.Second)
 	if err := tr.Ensure("b", settings); err != nil {
 		t.Fatal(err)
 	}
 	if s := observe(t, tr); s.Failing || s.Calls != 0 {
 		t.Fatalf("at the trial's start: %+v, want nothing counted", s)
 	}
+	// The read the trial's start asks for: a's baseline.
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); s.Failing || s.Calls != 0 {
+		t.Fatalf("after the trial's first read: %+v, want the 15 failures before it not counted", s)
+	}
 	clk.Step(time.Second)
-	// 12 healthy trial calls on a, 6 on b (first read during the trial: its
-	// baseline is that read), 1 failure on a.
+	// 12 trial calls on a (1 failed), 6 on b (first read during the trial:
+	// its baseline is that read).
 	a.calls += 12
 	a.failing++
-	p.next = a
 	tr.Scrape(t.Context())
 	p.next = b
 	tr.Scrape(t.Context())
@@ -303,5 +314,58 @@ func TestFromCountsOnlyTheTrial(t *testing.T) {
 	tr.Scrape(t.Context())
 	if s := observe(t, tr); !s.Failing || s.Calls != 38 || s.Failures != 21 {
 		t.Fatalf("failing trial: %+v, want failing with 21 of 38", s)
+	}
+	// A trial longer than the window still counts from its baseline.
+	clk.Step(40 * time.Second)
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); s.Calls != 38 || s.Failures != 21 {
+		t.Fatalf("40 s later, past the 30 s window: %+v, want the trial's 21 of 38 still counted", s)
+	}
+	// The trial ends: the window is the window again.
+	settings.From = time.Time{}
+	if err := tr.Ensure("b", settings); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); s.Calls != 0 {
+		t.Fatalf("after the trial, nothing new in the last 30 s: %+v, want 0 calls", s)
+	}
+}
+
+// TestATrialsStartIsReadAtOnce: the read that is a trial's baseline comes
+// when the trial is learned of, not at the next tick (the calls before it
+// are not counted, so a late baseline loses the trial's first calls).
+func TestATrialsStartIsReadAtOnce(t *testing.T) {
+	reads := make(chan struct{}, 16)
+	a := &server{start: "1.8e+09", calls: 100}
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	tr := &apisignal.Tracker{Interval: time.Hour, Clock: clk, Refresh: time.Nanosecond,
+		Source: func(context.Context) ([]byte, error) {
+			reads <- struct{}{}
+			return []byte(a.exposition()), nil
+		}}
+	settings := apisignal.Settings{Webhook: apisignal.WebhookID{Name: "w.example.com", Type: "validating"},
+		Window: 30 * time.Second, MinimumCalls: 10, FailureRateThreshold: 50}
+	if err := tr.Ensure("b", settings); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-reads:
+		t.Fatal("a read before the first tick, with no trial")
+	case <-time.After(100 * time.Millisecond):
+	}
+	settings.From = clk.Now()
+	if err := tr.Ensure("b", settings); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read at the trial's start: its baseline waits for the next tick (an hour)")
 	}
 }

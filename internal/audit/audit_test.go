@@ -24,9 +24,9 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // policyHook is a real HTTPS admission webhook on 127.0.0.1:

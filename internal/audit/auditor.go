@@ -28,10 +28,9 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )
 
-// Reviewer sends an AdmissionReview to a webhook (probe.HTTPProber.Send).
-type Reviewer interface {
-	Send(ctx context.Context, cc admissionregistrationv1.WebhookClientConfig, body []byte, timeout time.Duration) (int, []byte, error)
-}
+// Reviewer posts an AdmissionReview to a webhook (*probe.HTTPProber);
+// admission.Send bounds each re-review by the webhook's timeoutSeconds.
+type Reviewer = admission.Poster
 
 // Auditor runs audits. Its clients should come from a rest.Config whose QPS
 // and Burst are the audit's budget (NewClients): the client's rate limiter
@@ -49,8 +48,8 @@ type Auditor struct {
 	// Concurrency is how many re-reviews run at once. Default 4.
 	Concurrency int
 	// User is the requester the re-reviews name (the original one is not
-	// recorded anywhere): the user tripswitch runs as (identity.Username).
-	// Empty names none.
+	// recorded anywhere): the user tripswitch runs as (cmd/tripswitch asks
+	// the API server). Empty names none.
 	User string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -360,7 +359,7 @@ func (a *Auditor) reviewOne(ctx context.Context, wh circuit.Webhook, f *Finding,
 		notChecked("%v", err)
 		return
 	}
-	code, data, err := a.Reviewer.Send(ctx, wh.ClientConfig, body, timeout)
+	code, data, err := admission.Send(ctx, a.Reviewer, wh.ClientConfig, body, timeout)
 	if err != nil {
 		notChecked("the webhook did not answer the re-review: %v", err)
 		return

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // TestAuditOf10000Objects: 10,000 matching ConfigMaps are listed in pages of

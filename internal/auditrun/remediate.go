@@ -33,8 +33,7 @@ const automaticEvictionTimeout = 2 * time.Minute
 // acted on automatically. Its requests are held to spec.audit.qps, one
 // remediation at a time (the runner's), one eviction at a time. A failure
 // to remediate is recorded, not returned; only a status write error is.
-func (a *Runner) remediate(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow, done *audited) error {
-	spec := b.Spec.Resolve().Audit
+func (a *Runner) remediate(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec *v1alpha1.ResolvedAudit, w v1alpha1.OpenWindow, done *audited) error {
 	if done == nil || spec == nil || spec.Remediate == v1alpha1.RemediateNone || spec.Remediate == "" || done.report.Counts[audit.WouldMutate] == 0 {
 		return nil
 	}

@@ -107,9 +107,10 @@ func (a *Runner) Start(ctx context.Context) error {
 	}
 }
 
-// Due reports whether b has a closed window without an audit.
-func Due(b *v1alpha1.WebhookCircuitBreaker) bool {
-	if b.Spec.Resolve().Audit == nil {
+// Due reports whether b has a closed window without an audit; spec is its
+// resolved spec.audit (nil: the audit is off).
+func Due(b *v1alpha1.WebhookCircuitBreaker, spec *v1alpha1.ResolvedAudit) bool {
+	if spec == nil {
 		return false
 	}
 	return b.Status.Unaudited() != nil
@@ -123,11 +124,12 @@ func (a *Runner) AuditPending(ctx context.Context, name string) error {
 		if err := a.Reader.Get(ctx, types.NamespacedName{Name: name}, &b); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if !Due(&b) {
+		spec := b.Spec.Resolve().Audit
+		if !Due(&b, spec) {
 			return nil
 		}
 		w := *b.Status.Unaudited()
-		result, report := a.run(ctx, &b, w)
+		result, report := a.run(ctx, &b, spec, w)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -135,14 +137,14 @@ func (a *Runner) AuditPending(ctx context.Context, name string) error {
 			return err
 		}
 		a.report(&b, w, result, report)
-		if err := a.remediate(ctx, &b, w, report); err != nil {
+		if err := a.remediate(ctx, &b, spec, w, report); err != nil {
 			return err
 		}
 	}
 }
 
 // run performs one audit; a failure is a result, not an error.
-func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audited) {
+func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec *v1alpha1.ResolvedAudit, w v1alpha1.OpenWindow) (*v1alpha1.AuditResult, *audited) {
 	now := func() metav1.Time { return metav1.NewTime(a.Clock.Now().Truncate(time.Second)) }
 	failed := func(format string, args ...any) (*v1alpha1.AuditResult, *audited) {
 		return &v1alpha1.AuditResult{Result: AuditFailed, CompletedAt: now(), Message: "audit not possible: " + fmt.Sprintf(format, args...)}, nil
@@ -150,10 +152,6 @@ func (a *Runner) run(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, w v
 	wh, err := circuit.Read(ctx, a.Reader, b.Spec.Target)
 	if err != nil {
 		return failed("%v", err)
-	}
-	spec := b.Spec.Resolve().Audit
-	if spec == nil {
-		return failed("spec.audit is no longer enabled")
 	}
 	auditor, err := audit.NewAuditor(a.Config, float32(spec.QPS), int(spec.QPS), a.Reviewer)
 	if err != nil {

@@ -18,10 +18,10 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
-	"github.com/tripswitch-dev/tripswitch/internal/defaulthook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/defaulthook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/remediate"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // events records what the runner says, as "Kind/name Reason".

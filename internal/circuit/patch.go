@@ -183,46 +183,65 @@ func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, erro
 	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: cfg.Webhooks[i].Name}}
 	switch rec.Action {
 	case v1alpha1.OpenActionIgnore:
-		path := webhookPath(i, "failurePolicy")
-		ops = append(ops, operation{Op: "test", Path: path, Value: rec.SetFailurePolicy})
-		if rec.OriginalFailurePolicy == nil {
-			ops = append(ops, operation{Op: "remove", Path: path})
-		} else {
-			ops = append(ops, operation{Op: "replace", Path: path, Value: *rec.OriginalFailurePolicy})
-		}
+		ops = append(ops, restorePolicy(i, rec.SetFailurePolicy, rec.OriginalFailurePolicy)...)
 	case v1alpha1.OpenActionBypass:
-		conds := s.Webhook.MatchConditions
-		j := conditionIndex(conds, rec.MatchCondition)
-		condPath := webhookPath(i, "matchConditions") + "/" + strconv.Itoa(j)
-		ops = append(ops, operation{Op: "test", Path: condPath + "/name", Value: rec.MatchCondition})
-		if rec.MatchConditionsWereUnset && len(conds) == 1 {
-			ops = append(ops, operation{Op: "remove", Path: webhookPath(i, "matchConditions")})
-		} else {
-			ops = append(ops, operation{Op: "remove", Path: condPath})
-		}
+		ops = append(ops, removeCondition(s, rec)...)
 		if t := rec.Trial; t != nil {
 			// Closing from a trial also ends its failurePolicy.
-			path := webhookPath(i, "failurePolicy")
-			ops = append(ops, operation{Op: "test", Path: path, Value: t.SetFailurePolicy})
-			if rec.OriginalFailurePolicy == nil {
-				ops = append(ops, operation{Op: "remove", Path: path})
-			} else {
-				ops = append(ops, operation{Op: "replace", Path: path, Value: *rec.OriginalFailurePolicy})
-			}
+			ops = append(ops, restorePolicy(i, t.SetFailurePolicy, rec.OriginalFailurePolicy)...)
 		}
 	}
 	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }
 
-// DropPatch builds the patch that removes webhook's record and changes nothing
-// else: for a record whose change someone else has already undone or altered.
+// restorePolicy gives webhook i's failurePolicy back (original; nil: it was
+// unset), tested to be still set, as tripswitch set it.
+func restorePolicy(i int, set string, original *string) []operation {
+	path := webhookPath(i, "failurePolicy")
+	ops := []operation{{Op: "test", Path: path, Value: set}}
+	if original == nil {
+		return append(ops, operation{Op: "remove", Path: path})
+	}
+	return append(ops, operation{Op: "replace", Path: path, Value: *original})
+}
+
+// removeCondition removes tripswitch's matchCondition from s's webhook,
+// tested by name (and the matchConditions list, when tripswitch added it).
+func removeCondition(s State, rec v1alpha1.CircuitRecord) []operation {
+	i, conds := s.Index, s.Webhook.MatchConditions
+	j := conditionIndex(conds, rec.MatchCondition)
+	condPath := webhookPath(i, "matchConditions") + "/" + strconv.Itoa(j)
+	ops := []operation{{Op: "test", Path: condPath + "/name", Value: rec.MatchCondition}}
+	if rec.MatchConditionsWereUnset && len(conds) == 1 {
+		return append(ops, operation{Op: "remove", Path: webhookPath(i, "matchConditions")})
+	}
+	return append(ops, operation{Op: "remove", Path: condPath})
+}
+
+// DropPatch builds the patch that removes webhook's record, for a record
+// whose change someone else has undone or altered: what they changed stays
+// theirs, and what is still as tripswitch set it is given back. Only a
+// trial's change has two parts that can part ways: an owner that puts its
+// failurePolicy back leaves tripswitch's sampled matchCondition, which
+// without a record nothing would ever remove (most requests would skip the
+// webhook for good), and one that rewrites the condition leaves the
+// trial's Ignore.
 func DropPatch(cfg *Configuration, webhook string) ([]byte, error) {
 	key := AnnotationKey(webhook)
 	if _, ok := cfg.Object.GetAnnotations()[key]; !ok {
 		return nil, fmt.Errorf("drop record of webhook %q: annotation %s is not present", webhook, key)
 	}
-	return json.Marshal([]operation{
-		{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()},
-		{Op: "remove", Path: "/metadata/annotations/" + pointer(key)},
-	})
+	ops := []operation{{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()}}
+	if s := Inspect(cfg, webhook); s.Index >= 0 && s.InTrial() && s.Record.Action == v1alpha1.OpenActionBypass {
+		ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "name"), Value: s.Webhook.Name})
+		t := s.Record.Trial
+		if j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition); j >= 0 && s.Webhook.MatchConditions[j].Expression == t.Expression {
+			ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "matchConditions") + "/" + strconv.Itoa(j) + "/expression", Value: t.Expression})
+			ops = append(ops, removeCondition(s, *s.Record)...)
+		}
+		if fp := s.Webhook.FailurePolicy; fp != nil && string(*fp) == t.SetFailurePolicy {
+			ops = append(ops, restorePolicy(s.Index, t.SetFailurePolicy, s.Record.OriginalFailurePolicy)...)
+		}
+	}
+	return json.Marshal(append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(key)}))
 }

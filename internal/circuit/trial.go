@@ -44,10 +44,10 @@ var ErrCannotTrial = errors.New("cannot change the trial")
 // of requests reach the webhook (1 to 100, rounded up to a multiple of
 // 1/256), and the share it samples, in percent, as applied.
 func SampleExpression(percent int32) (string, string, error) {
-	if percent < 1 || percent > 100 {
-		return "", "", fmt.Errorf("halfOpen.samplePercent %d is not between 1 and 100", percent)
+	if percent < v1alpha1.MinHalfOpenSamplePercent || percent > v1alpha1.MaxHalfOpenSamplePercent {
+		return "", "", fmt.Errorf("halfOpen.samplePercent %d is not between %d and %d", percent, v1alpha1.MinHalfOpenSamplePercent, v1alpha1.MaxHalfOpenSamplePercent)
 	}
-	n := (int(percent)*256 + 99) / 100 // of 256
+	n := v1alpha1.SampleSteps(percent) // of 256
 	full, rest := n/16, n%16
 	var alts []string
 	if full > 0 {
@@ -56,8 +56,7 @@ func SampleExpression(percent int32) (string, string, error) {
 	if rest > 0 {
 		alts = append(alts, hexDigits[full:full+1]+"["+hexDigits[:rest]+"]")
 	}
-	applied := fmt.Sprintf("%.4g%%", float64(n)*100/256)
-	return SamplePrefix + "(" + strings.Join(alts, "|") + ")" + SampleSuffix, applied, nil
+	return SamplePrefix + "(" + strings.Join(alts, "|") + ")" + SampleSuffix, v1alpha1.SampleShare(percent), nil
 }
 
 // SamplePattern is the RE2 pattern, anchored, that every expression
@@ -69,7 +68,7 @@ var SamplePattern = "^" + regexp.QuoteMeta(SamplePrefix) + `\((\[[0-9a-f]+\])?(\
 // once: a record is checked against them on every read.
 var sampleExpressions = func() map[string]bool {
 	set := make(map[string]bool, 100)
-	for p := int32(1); p <= 100; p++ {
+	for p := int32(v1alpha1.MinHalfOpenSamplePercent); p <= v1alpha1.MaxHalfOpenSamplePercent; p++ {
 		e, _, _ := SampleExpression(p)
 		set[e] = true
 	}

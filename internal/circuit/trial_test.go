@@ -185,6 +185,35 @@ func TestTrialRefusesWhatItDidNotSet(t *testing.T) {
 	if _, err := ClosePatch(mustView(t, edited), target, &trial); err == nil {
 		t.Error("closing a trial over an administrator's failurePolicy was allowed")
 	}
+	// Dropping the record gives back what is still tripswitch's: its sampled
+	// condition goes, their failurePolicy stays.
+	data, err = DropPatch(mustView(t, edited), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := orig.DeepCopy()
+	want.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+	if got := applyPatch(t, edited, data); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("drop after an administrator's failurePolicy left\n%+v\nwant\n%+v", got.Webhooks[1], want.Webhooks[1])
+	}
+	// One who rewrote the condition keeps it; the trial's Ignore goes.
+	rewritten := inTrial.DeepCopy()
+	j := conditionIndex(rewritten.Webhooks[1].MatchConditions, MatchConditionName)
+	rewritten.Webhooks[1].MatchConditions[j].Expression = "true"
+	data, err = DropPatch(mustView(t, rewritten), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := applyPatch(t, rewritten, data)
+	if fp := got.Webhooks[1].FailurePolicy; !equality.Semantic.DeepEqual(fp, orig.Webhooks[1].FailurePolicy) {
+		t.Errorf("drop after a rewritten condition left failurePolicy %v, want the original %v", fp, orig.Webhooks[1].FailurePolicy)
+	}
+	if c := got.Webhooks[1].MatchConditions; len(c) != 1 || c[0].Expression != "true" {
+		t.Errorf("drop after a rewritten condition left matchConditions %+v, want theirs", c)
+	}
+	if _, ok := got.Annotations[AnnotationKey(target)]; ok {
+		t.Error("drop left the record")
+	}
 	// An Ignore circuit has no trial.
 	data, ign, err := OpenPatch(mustView(t, orig), target, openRecord(v1alpha1.OpenActionIgnore))
 	if err != nil {

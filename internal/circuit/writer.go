@@ -12,6 +12,11 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
 
+// FieldManager is the field manager of every write tripswitch makes to a
+// webhook configuration: managedFields then tell its writes from an owner's
+// (internal/owners), whatever the binary or user agent is called.
+const FieldManager = "tripswitch"
+
 // Writer applies circuit patches. On success the configuration's Object holds
 // the API server's answer, so the caller can Inspect it again without a read.
 type Writer struct {
@@ -87,7 +92,7 @@ func (w Writer) Drop(ctx context.Context, cfg *Configuration, webhook string) er
 }
 
 func (w Writer) apply(ctx context.Context, cfg *Configuration, what string, data []byte) error {
-	if err := w.Client.Patch(ctx, cfg.Object, client.RawPatch(types.JSONPatchType, data)); err != nil {
+	if err := w.Client.Patch(ctx, cfg.Object, client.RawPatch(types.JSONPatchType, data), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("%s on %s: %w", what, cfg.Object.GetName(), err)
 	}
 	view, err := View(cfg.Object)

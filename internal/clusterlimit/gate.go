@@ -1,9 +1,19 @@
-// Package clusterlimit applies --max-open-circuits in the controller: it
-// serializes every decision to open across the process's reconciles (two
-// opens write to different configurations, so no resourceVersion can catch
-// two reconciles taking the last place) and judges each on the records of
-// every target configuration, read fresh under its lock
-// (openlimit.Decide): the truth, so a new leader decides the same.
+// Package clusterlimit is --max-open-circuits: how many circuits may be open
+// at once in the cluster.
+//
+// The limit is judged on the recovery records on the webhook configurations
+// (the truth), never on a controller's memory, so a new leader after a
+// failover reaches the same decision. Breakers that want to open are
+// ordered by when each reached its threshold, then by name, then by UID: the
+// first to fail is the first to open, and a tie is broken the same way
+// every time (Decide, pure).
+//
+// In the controller, Gate serializes every decision to open across the
+// process's reconciles (two opens write to different configurations, so no
+// resourceVersion can catch two reconciles taking the last place) and
+// judges each on the records of every target configuration, read fresh
+// under its lock. (How long one circuit may stay open, spec.maxOpenDuration,
+// is policy.CheckMaxOpen.)
 package clusterlimit
 
 import (
@@ -20,7 +30,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/openlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
@@ -72,7 +81,7 @@ func (g *Gate) admit(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, now
 	}
 	var cfgs []*circuit.Configuration
 	seen := map[string]bool{}
-	want := []openlimit.Candidate{candidate(b, now)}
+	want := []Candidate{candidate(b, now)}
 	for i := range list.Items {
 		o := &list.Items[i]
 		if o.UID != b.UID && meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionOpenRefused) {
@@ -98,17 +107,17 @@ func (g *Gate) admit(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, now
 		}
 		cfgs = append(cfgs, cfg)
 	}
-	open, _ := openlimit.Records(cfgs) // an unreadable record counts as open
-	allowed, _, msg := openlimit.Decide(g.Max, open, want).Position(b.UID)
+	open, _ := Records(cfgs) // an unreadable record counts as open
+	allowed, _, msg := Decide(g.Max, open, want).Position(b.UID)
 	return allowed, msg, nil
 }
 
 // candidate is b waiting to open since its OpenRefused condition turned
 // True (in its status, so it survives failover), or since now.
-func candidate(b *v1alpha1.WebhookCircuitBreaker, now time.Time) openlimit.Candidate {
+func candidate(b *v1alpha1.WebhookCircuitBreaker, now time.Time) Candidate {
 	at := metav1.NewTime(now.Truncate(time.Second))
 	if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionOpenRefused); c != nil && c.Status == metav1.ConditionTrue {
 		at = c.LastTransitionTime
 	}
-	return openlimit.Candidate{Breaker: b.Name, UID: b.UID, ThresholdAt: at.Time}
+	return Candidate{Breaker: b.Name, UID: b.UID, ThresholdAt: at.Time}
 }

@@ -24,9 +24,6 @@ import (
 // act performs the decision's one write (with its companions', in the same
 // patch), reports the status it implies, and says when to look again.
 func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, s step) (ctrl.Result, error) {
-	var unlock func()
-	s.d, unlock = r.Limit.Judge(ctx, b, s.d, r.Clock.Now()) // held through an open's write
-	defer unlock()
 	d := s.d
 	if d.Disarm != "" && d.Write != policy.WriteNone && b.Status.DisarmedReason != d.Disarm {
 		// Remember the disarm before acting on the configuration: once the
@@ -46,7 +43,7 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 		r.Metrics.Conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
 	}
-	o := policy.Outcome{Input: s.in, Decision: d, Observed: s.obs, After: after, WriteErr: writeErr,
+	o := policy.Outcome{Spec: spec, Input: s.in, Decision: d, Observed: s.obs, After: after, WriteErr: writeErr,
 		Now: metav1.NewTime(r.Clock.Now().Truncate(time.Second)), ClosedBy: r.memory.get(b.Name).closed, Floor: fl}
 	rep, err := r.report(ctx, b, o)
 	if err != nil {
@@ -69,7 +66,7 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 // finish asks for the audits due, releases the finalizer when the decision
 // allows it, and says when to look again.
 func (r *Reconciler) finish(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, o policy.Outcome) (ctrl.Result, error) {
-	if auditrun.Due(b) {
+	if auditrun.Due(b, spec.Audit) {
 		r.Audits.Request(b.Name)
 	}
 	if o.Decision.ReleaseFinalizer && o.WriteErr == nil {
@@ -175,6 +172,12 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 			in = b.Name
 		}
 		r.wroteCircuit(ctx, c, d.Write, now, in)
+		if rec := circuit.Inspect(obs.Config, c.b.Spec.Target.WebhookName).Record; d.Write == policy.WriteOpen && rec != nil {
+			r.memory.update(c.b.Name, func(m *memory) {
+				m.opened = &policy.Opened{Record: *rec, UID: obs.Config.Object.GetUID()}
+				m.knewOpen = rec.OpenedAt
+			})
+		}
 	}
 	return circuit.Inspect(obs.Config, b.Spec.Target.WebhookName), nil
 }
@@ -241,7 +244,7 @@ func (r *Reconciler) wroteCircuit(ctx context.Context, c companion, write policy
 	case policy.WriteClose:
 		r.event(c.b, "Normal", "CircuitClosed", "Close", "%s: restored webhook %s%s: %s", c.d.Reason, webhook, inPatch, c.d.Message)
 	}
-	if in != "" && r.Requeue != nil {
+	if in != "" {
 		r.Requeue(c.b.Name) // its status mirrors what it now has
 	}
 }
@@ -290,18 +293,18 @@ type statusHeld struct {
 
 // report writes the status if it changed, with its events
 // (policy.ReportEvents), unless it waits (policy.FirstReportWait,
-// policy.DetailOnly with statusbook, deferReport).
+// policy.DetailOnly with the memory's detailWaits, deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (statusHeld, error) {
 	status := policy.NextStatus(b, o)
 	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	now := r.Clock.Now()
-	if wait := policy.FirstReportWait(b, o, r.statuses.FirstSeen(b.Name, now), now); wait > 0 {
+	if wait := policy.FirstReportWait(b, o, r.memory.firstSeen(b.Name, now), now); wait > 0 {
 		return statusHeld{firstWait: wait}, nil
 	}
 	// Nothing to write, or detail alone that waits for a change: nothing
 	// to defer either.
-	skip := equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status) && r.statuses.DetailWaits(b.Name, now))
+	skip := equality.Semantic.DeepEqual(status, b.Status) || (policy.DetailOnly(b, status, o.Spec.Probe) && r.memory.detailWaits(b.Name, now))
 	if skip {
 		r.Decisions.Reported(b.Name)
 	} else if r.deferReport(b, o, status) {
@@ -321,7 +324,7 @@ func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreak
 		return statusHeld{}, fmt.Errorf("update status of breaker %s: %w", b.Name, err)
 	}
 	r.wrote(b, before)
-	r.statuses.Wrote(b.Name, now)
+	r.memory.update(b.Name, func(m *memory) { m.reported = now })
 	r.forgetClosed(b.Name, status)
 	return statusHeld{}, nil
 }

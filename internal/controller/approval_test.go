@@ -46,7 +46,7 @@ func TestNotApprovedListsTheApprovedNames(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			wcb := b.createBreaker(b.cfg+"-"+c.name, func(w *v1alpha1.WebhookCircuitBreaker) { w.Spec.Target.ConfigurationName = c.configuration })
 			b.settle(r, wcb.Name)
-			ready := meta.FindStatusCondition(b.getBreaker(wcb.Name).Status.Conditions, policy.ConditionReady)
+			ready := meta.FindStatusCondition(b.getBreaker(wcb.Name).Status.Conditions, v1alpha1.ConditionReady)
 			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != c.wantReason {
 				t.Fatalf("Ready %+v, want False/%s", ready, c.wantReason)
 			}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
 
 // TestAuditAfterClose: a webhook that denies names starting with

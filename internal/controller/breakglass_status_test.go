@@ -29,7 +29,7 @@ func TestRestoreSetsStateAndConditions(t *testing.T) {
 	if got.Status.State != v1alpha1.StateClosed || got.Status.Record != nil {
 		t.Fatalf("after the restore: state %s, record %+v; want Closed and none", got.Status.State, got.Status.Record)
 	}
-	for typ, want := range map[string]metav1.ConditionStatus{policy.ConditionCircuitOpen: metav1.ConditionFalse, policy.ConditionReady: metav1.ConditionUnknown} {
+	for typ, want := range map[string]metav1.ConditionStatus{v1alpha1.ConditionCircuitOpen: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionUnknown} {
 		c := meta.FindStatusCondition(got.Status.Conditions, typ)
 		if c == nil || c.Status != want || c.Reason != breakglass.CloseReason {
 			t.Errorf("after the restore: %s = %+v, want %s/%s", typ, c, want, breakglass.CloseReason)
@@ -38,7 +38,7 @@ func TestRestoreSetsStateAndConditions(t *testing.T) {
 
 	b.drive(b.reconciler(b.c), wcb.Name, probe.Healthy)
 	got = b.getBreaker(wcb.Name)
-	if c := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady); got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != policy.ReasonArmed {
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != policy.ReasonArmed {
 		t.Fatalf("after the controller returned: state %s, Ready %+v; want Closed and Armed", got.Status.State, c)
 	}
 }

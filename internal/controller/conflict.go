@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
 
@@ -39,7 +38,7 @@ func (r *Reconciler) watchPeers(bld *builder.Builder) *builder.Builder {
 		if !ok {
 			return nil
 		}
-		list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByWebhook, b.Spec.Target.SignalKey())
+		list, err := listBreakers(ctx, r.Client, r.TargetIndexed, byWebhook, b.Spec.Target.SignalKey())
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "list the breakers naming the same webhook", "breaker", b.Name)
 			return nil
@@ -89,7 +88,7 @@ func (r *Reconciler) breakerEvents() predicate.Predicate {
 
 // peers are the other breakers that name b's webhook.
 func (r *Reconciler) peers(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) ([]v1alpha1.WebhookCircuitBreaker, error) {
-	list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByTarget, b.Spec.Target.Key())
+	list, err := listBreakers(ctx, r.Client, r.TargetIndexed, byTarget, b.Spec.Target.Key())
 	out := list[:0]
 	for _, p := range list {
 		if p.Name != b.Name {

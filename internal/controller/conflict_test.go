@@ -53,7 +53,7 @@ func TestTwoBreakersOnOneWebhookTheOldestWins(t *testing.T) {
 
 	ready := func(name string) *metav1.Condition {
 		t.Helper()
-		c := meta.FindStatusCondition(b.getBreaker(name).Status.Conditions, policy.ConditionReady)
+		c := meta.FindStatusCondition(b.getBreaker(name).Status.Conditions, v1alpha1.ConditionReady)
 		if c == nil {
 			t.Fatalf("breaker %s has no Ready condition", name)
 		}
@@ -124,7 +124,7 @@ func TestConflictedBreakerTakesOverWhenTheWinnerIsDeleted(t *testing.T) {
 		if err := b.c.Get(b.ctx, client.ObjectKey{Name: name}, &w); err != nil {
 			return err.Error()
 		}
-		if c := meta.FindStatusCondition(w.Status.Conditions, policy.ConditionReady); c != nil {
+		if c := meta.FindStatusCondition(w.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 			return c.Reason
 		}
 		return ""

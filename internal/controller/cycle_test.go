@@ -10,7 +10,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
-	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -62,7 +61,7 @@ func TestFullCycle(t *testing.T) {
 				t.Fatalf("record after open: %+v, %v", rec, err)
 			}
 			got = b.getBreaker(wcb.Name)
-			if got.Status.State != v1alpha1.StateOpen || got.Status.Record == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, policy.ConditionCircuitOpen) {
+			if got.Status.State != v1alpha1.StateOpen || got.Status.Record == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionCircuitOpen) {
 				t.Fatalf("open breaker status: %+v", got.Status)
 			}
 			if len(got.Status.History) != 1 || got.Status.History[0].ClosedAt != nil {

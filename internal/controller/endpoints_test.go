@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/endpoints"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -50,17 +50,17 @@ func TestServiceEndpointsFromRealObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := endpoints.Service(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "hook", Port: ptr.To(int32(8443))})
+	got, err := controller.ServiceEndpoints(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "hook", Port: ptr.To(int32(8443))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"10.1.0.1:9443", "10.1.0.2:9443"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("endpoints = %v, want %v (ready only, target port of the webhook's service port)", got, want)
 	}
-	if _, err := endpoints.Service(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "hook"}); err == nil {
+	if _, err := controller.ServiceEndpoints(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "hook"}); err == nil {
 		t.Fatal("resolved port 443, which the Service does not have")
 	}
-	if _, err := endpoints.Service(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "missing"}); err == nil {
+	if _, err := controller.ServiceEndpoints(b.ctx, b.c, &admissionregistrationv1.ServiceReference{Namespace: b.cfg, Name: "missing"}); err == nil {
 		t.Fatal("resolved a Service that does not exist")
 	}
 }

@@ -3,17 +3,14 @@ package controller
 import "sigs.k8s.io/controller-runtime/pkg/predicate"
 
 // Remembers names the stores in which r still keeps something of breaker:
-// its own memory, its status times, the decision queue's count, and the
-// metrics' series.
+// its own memory (status times included), the decision queue's count, and
+// the metrics' series.
 // The collaborators outside the process's memory (probe monitor, API
 // server signal, target watches) are checked by their fakes.
 func Remembers(r *Reconciler, breaker string) []string {
 	var kept []string
 	if r.memory.has(breaker) {
 		kept = append(kept, "memory")
-	}
-	if r.statuses.Knows(breaker) {
-		kept = append(kept, "status times")
 	}
 	if r.Decisions.Knows(breaker) {
 		kept = append(kept, "decisions")
@@ -23,6 +20,9 @@ func Remembers(r *Reconciler, breaker string) []string {
 	}
 	return kept
 }
+
+// ServiceEndpoints resolves a service webhook to its ready endpoints.
+var ServiceEndpoints = serviceEndpoints
 
 // BreakerEvents is the filter on the breakers' own watch.
 func (r *Reconciler) BreakerEvents() predicate.Predicate { return r.breakerEvents() }

@@ -32,7 +32,7 @@ func TestAlreadyIgnoreIsSaidAtOnce(t *testing.T) {
 		}
 		b.settle(r, ignore.Name)
 		got := b.getBreaker(ignore.Name)
-		ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady)
+		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 		if ready == nil || ready.Reason != policy.ReasonAlreadyFailOpen || !strings.Contains(ready.Message, "Bypass") {
 			t.Fatalf("probe %q: Ready %+v, want reason %s pointing at Bypass", st, ready, policy.ReasonAlreadyFailOpen)
 		}
@@ -46,7 +46,7 @@ func TestAlreadyIgnoreIsSaidAtOnce(t *testing.T) {
 		w.Spec.OpenAction = v1alpha1.OpenActionBypass
 	})
 	b.drive(r, bypass.Name, probe.Healthy)
-	if ready := meta.FindStatusCondition(b.getBreaker(bypass.Name).Status.Conditions, policy.ConditionReady); ready == nil ||
+	if ready := meta.FindStatusCondition(b.getBreaker(bypass.Name).Status.Conditions, v1alpha1.ConditionReady); ready == nil ||
 		ready.Status != metav1.ConditionTrue || ready.Reason != policy.ReasonArmed {
 		t.Fatalf("Bypass breaker: Ready %+v, want True/Armed", ready)
 	}

@@ -25,9 +25,9 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 const (
@@ -68,33 +68,18 @@ func (h *scriptedHealth) set(key string, st probe.Status) {
 	h.obs[key] = o
 }
 
-// The package's control plane starts on first use, so pure tests and fuzzing
-// do not pay for it; TestMain stops it.
-var (
-	envOnce sync.Once
-	env     *testenv.Env
-	envErr  error
-)
+// The package's control plane starts on first use; TestMain stops it.
+var shared = testenv.Shared{Options: testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}}}
 
 func controlPlane(t *testing.T) *testenv.Env {
 	t.Helper()
-	envOnce.Do(func() {
-		env, envErr = testenv.New(testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
-	})
-	if envErr != nil {
-		t.Fatalf("start control plane: %v", envErr)
-	}
-	return env
+	return shared.Get(t)
 }
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop control plane:", err)
-		}
-	}
+	shared.Stop()
 	os.Exit(code)
 }
 

@@ -54,6 +54,29 @@ func (c *counted) Probe(ctx context.Context, t probe.Target) probe.Result {
 // is called; it reconciles only the breaker named id. onWrite, if set, is called after every successful write.
 func runManager(t *testing.T, id string, p probe.Prober, onWrite func()) (stop func()) {
 	t.Helper()
+	if onWrite == nil {
+		return runManagerWith(t, id, p, nil)
+	}
+	after := func(err error) error {
+		if err == nil {
+			onWrite()
+		}
+		return err
+	}
+	return runManagerWith(t, id, p, &interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			return after(c.Patch(ctx, obj, p, opts...))
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			return after(c.SubResource(sub).Update(ctx, obj, opts...))
+		},
+	})
+}
+
+// runManagerWith is runManager with the manager's client's calls going
+// through funcs, if set.
+func runManagerWith(t *testing.T, id string, p probe.Prober, funcs *interceptor.Funcs) (stop func()) {
+	t.Helper()
 	cp := controlPlane(t)
 	opts := ctrl.Options{
 		Scheme:                        cp.Scheme,
@@ -69,26 +92,13 @@ func runManager(t *testing.T, id string, p probe.Prober, onWrite func()) (stop f
 			&v1alpha1.WebhookCircuitBreaker{}: {Field: fields.OneTermEqualSelector("metadata.name", id)},
 		}},
 	}
-	if onWrite != nil {
+	if funcs != nil {
 		opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, o)
 			if err != nil {
 				return nil, err
 			}
-			after := func(err error) error {
-				if err == nil {
-					onWrite()
-				}
-				return err
-			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-					return after(c.Patch(ctx, obj, p, opts...))
-				},
-				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-					return after(c.SubResource(sub).Update(ctx, obj, opts...))
-				},
-			}), nil
+			return interceptor.NewClient(c, *funcs), nil
 		}
 	}
 	mgr, err := ctrl.NewManager(cp.Config, opts)
@@ -299,7 +309,7 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	p := &counted{Prober: &probe.HTTPProber{}}
 	runManager(t, b.cfg, p, nil)
 	eventually(t, "ProbeUnsupported reported", func() bool {
-		c := condition(b.getBreaker(wcb.Name), policy.ConditionProbeUnsupported)
+		c := condition(b.getBreaker(wcb.Name), v1alpha1.ConditionProbeUnsupported)
 		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "caBundle holds no PEM certificate")
 	})
 	// Ten more probes (not a time: a busy machine probes late), then the
@@ -312,7 +322,7 @@ func TestUnprobeableWebhookNeverOpens(t *testing.T) {
 	}
 	// It must not look reassuring: Unknown, and not Ready, saying why.
 	st := b.getBreaker(wcb.Name).Status
-	ready := condition(b.getBreaker(wcb.Name), policy.ConditionReady)
+	ready := condition(b.getBreaker(wcb.Name), v1alpha1.ConditionReady)
 	if st.State != v1alpha1.StateUnknown || st.Probe.LastResult != string(probe.Unknown) || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonProbeUnsupported {
 		t.Fatalf("status: %+v", st)
 	}
@@ -343,7 +353,7 @@ func TestEditsAreSeenWhenTheyHappen(t *testing.T) {
 	b.setPolicy(admissionregistrationv1.Fail)
 	eventually(t, "the edit seen as an external change", func() bool {
 		got := b.getBreaker(wcb.Name)
-		c := condition(got, policy.ConditionExternalChange)
+		c := condition(got, v1alpha1.ConditionExternalChange)
 		return c.Status == metav1.ConditionTrue && got.Status.State == v1alpha1.StateDisarmed && !hasRecord(b.getConfig())
 	})
 	// ForceOpen does not fight the administrator: still closed ten probes later.

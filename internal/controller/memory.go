@@ -2,6 +2,9 @@ package controller
 
 import (
 	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
@@ -19,6 +22,14 @@ type memory struct {
 	// or a status write deferred): it closes with the recovery's reason,
 	// not as closed externally.
 	closed *policy.ClosedNote
+	// opened is a circuit this process opened, until the breaker's status
+	// is written (policy.Observed.Opened).
+	opened *policy.Opened
+	// knewOpen is the openedAt of the last open window this process knew
+	// first-hand: it wrote the record, or read it in the configuration.
+	// Only a window it knew can it say someone else undid
+	// (policy.Input.KnewOpen).
+	knewOpen metav1.Time
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
@@ -26,7 +37,20 @@ type memory struct {
 	// controller's last write to the breaker (see readBreaker), which
 	// breakerEvents lets through even if that write was of its status.
 	awaitsEvent bool
+	// seen is when this process first reconciled the breaker: a new
+	// breaker's first status waits for its probes' first verdict from here
+	// at most (policy.FirstReportWait).
+	seen time.Time
+	// reported is when this process last wrote the breaker's status: a
+	// status that changed only in detail (policy.DetailOnly) waits for
+	// another change to carry it, up to detailRefresh after it.
+	reported time.Time
 }
+
+// detailRefresh is how long a status whose only change is detail waits
+// for another change to carry it before it is written on its own, at a
+// reconcile (at least every resync).
+const detailRefresh = 10 * time.Minute
 
 // version is a breaker's resourceVersion after this controller's last
 // write to it (or fresh read), and the one that write replaced.
@@ -61,6 +85,24 @@ func (s *memories) update(breaker string, change func(*memory)) {
 	s.m[breaker] = m
 }
 
+// firstSeen is when this process first saw breaker: now, the first time.
+func (s *memories) firstSeen(breaker string, now time.Time) time.Time {
+	var seen time.Time
+	s.update(breaker, func(m *memory) {
+		if m.seen.IsZero() {
+			m.seen = now
+		}
+		seen = m.seen
+	})
+	return seen
+}
+
+// detailWaits reports whether a change of breaker's status only in detail
+// waits at now: this process wrote its status less than detailRefresh ago.
+func (s *memories) detailWaits(breaker string, now time.Time) bool {
+	return s.get(breaker).reported.After(now.Add(-detailRefresh))
+}
+
 func (s *memories) has(breaker string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,8 +112,7 @@ func (s *memories) has(breaker string) bool {
 
 // forget drops everything kept of a breaker that is gone, or whose
 // finalizer was released: its memory here and what each collaborator keeps
-// of it (probes, API server signal, metrics, queued decisions, watch,
-// status times).
+// of it (probes, API server signal, metrics, queued decisions, watch).
 func (r *Reconciler) forget(breaker string) {
 	r.Health.Stop(breaker)
 	r.Signals.Stop(breaker)
@@ -79,7 +120,6 @@ func (r *Reconciler) forget(breaker string) {
 	r.Decisions.Forget(breaker)
 	r.Targets.Forget(breaker)
 	r.chains.Forget(breaker)
-	r.statuses.Forget(breaker)
 	r.memory.update(breaker, func(m *memory) { *m = memory{} })
 }
 
@@ -114,9 +154,11 @@ func (r *Reconciler) closedBy(breaker string, n policy.ClosedNote) {
 	r.memory.update(breaker, func(m *memory) { m.closed = &n })
 }
 
-// forgetClosed drops breaker's closed note once status shows the window closed.
+// forgetClosed drops breaker's closed note once status shows the window
+// closed, and its open once a status is written or found current.
 func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
 	r.memory.update(breaker, func(m *memory) {
+		m.opened = nil
 		if n := m.closed; n != nil && (status.Record == nil || !status.Record.OpenedAt.Equal(&n.OpenedAt)) {
 			m.closed = nil
 		}
@@ -133,9 +175,7 @@ func (r *Reconciler) lockTarget(t v1alpha1.Target, breaker string) func() {
 	}
 	return func() {
 		for _, name := range release() {
-			if r.Requeue != nil {
-				r.Requeue(name)
-			}
+			r.Requeue(name)
 		}
 	}
 }

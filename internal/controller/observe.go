@@ -12,9 +12,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
-	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/endpoints"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -25,8 +23,12 @@ import (
 const watchWait = 2 * time.Second
 
 // lockedRetry is when a breaker that found its configuration's lock taken
-// is looked at again if nothing woke it (Requeue unset, or a lost wake-up).
-const lockedRetry = time.Second
+// is looked at again if nothing woke it (a lost wake-up); lockPoll, when
+// nothing can (Requeue unset).
+const (
+	lockedRetry = time.Second
+	lockPoll    = 20 * time.Millisecond
+)
 
 // readBreaker reads the breaker named by req from the cache. When the cache
 // has not shown this controller's last write to it (its status or
@@ -166,6 +168,11 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		return obs, err
 	}
 	obs.State = circuit.Inspect(obs.Config, b.Spec.Target.WebhookName)
+	if rec := obs.State.Record; rec != nil {
+		r.memory.update(b.Name, func(m *memory) { m.knewOpen = rec.OpenedAt })
+	}
+	m := r.memory.get(b.Name)
+	obs.Opened, obs.Closed, obs.KnewOpen = m.opened, m.closed, m.knewOpen
 	deleting := !b.DeletionTimestamp.IsZero()
 	if obs.State.Index >= 0 && !deleting {
 		r.Health.Ensure(b.Name, r.probeSettings(ctx, spec.Probe, obs.State.Webhook))
@@ -204,7 +211,7 @@ func (r *Reconciler) readTarget(ctx context.Context, b *v1alpha1.WebhookCircuitB
 	err = r.APIReader.Get(ctx, types.NamespacedName{Name: t.ConfigurationName}, obj)
 	switch {
 	case apierrors.IsForbidden(err):
-		obs.NotApproved = r.approvals.NotApproved(ctx, r.Client, r.Clock.Now(), t)
+		obs.NotApproved = r.approvals.notApproved(ctx, r.Client, r.Clock.Now(), t)
 		return nil, nil
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -219,7 +226,7 @@ func (r *Reconciler) readTarget(ctx context.Context, b *v1alpha1.WebhookCircuitB
 // webhooks by name and type only, so the two signals are one.
 func (r *Reconciler) signalAmbiguity(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker) string {
 	t := b.Spec.Target
-	list, err := breakerindex.List(ctx, r.Client, r.TargetIndexed, breakerindex.ByWebhook, t.SignalKey())
+	list, err := listBreakers(ctx, r.Client, r.TargetIndexed, byWebhook, t.SignalKey())
 	if err != nil {
 		return fmt.Sprintf("cannot tell whether another breaker names a webhook %s: %v", t.WebhookName, err)
 	}
@@ -266,7 +273,7 @@ func (r *Reconciler) probeSettings(ctx context.Context, p v1alpha1.ResolvedProbe
 		Interval: p.Interval, FailureThreshold: p.FailureThreshold, SuccessThreshold: p.SuccessThreshold,
 	}
 	if svc := w.ClientConfig.Service; p.Endpoints && svc != nil {
-		eps, err := endpoints.Service(ctx, r.APIReader, svc)
+		eps, err := serviceEndpoints(ctx, r.APIReader, svc)
 		settings.Target.Endpoints = eps
 		if err != nil {
 			settings.Target.EndpointsErr = err.Error()

@@ -79,10 +79,10 @@ func TestAdministratorFailWhileOpenIsNeverOverwritten(t *testing.T) {
 		t.Fatalf("after the administrator's Fail: policy %s, record %v", *hookOf(t, cfg, target).FailurePolicy, hasRecord(cfg))
 	}
 	got := b.getBreaker(wcb.Name)
-	if c := condition(got, policy.ConditionExternalChange); c.Status != metav1.ConditionTrue {
+	if c := condition(got, v1alpha1.ConditionExternalChange); c.Status != metav1.ConditionTrue {
 		t.Fatalf("ExternalChange condition = %+v", c)
 	}
-	if ready := condition(got, policy.ConditionReady); got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateDisarmed || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonDisarmed {
+	if ready := condition(got, v1alpha1.ConditionReady); got.Status.DisarmedReason == "" || got.Status.State != v1alpha1.StateDisarmed || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonDisarmed {
 		t.Fatalf("breaker not disarmed (State Disarmed, Ready False) after an external change: %+v", got.Status)
 	}
 	// Still down, many reconciles later: no re-open.
@@ -183,7 +183,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 		b.health.set(wcb.Name, probe.Unhealthy)
 		b.settle(b.reconciler(b.c), wcb.Name)
 		got := b.getBreaker(wcb.Name)
-		if c := condition(got, policy.ConditionTargetFound); c.Status != metav1.ConditionFalse || got.Status.State != v1alpha1.StateUnknown {
+		if c := condition(got, v1alpha1.ConditionTargetFound); c.Status != metav1.ConditionFalse || got.Status.State != v1alpha1.StateUnknown {
 			t.Fatalf("TargetFound = %+v, state %s", c, got.Status.State)
 		}
 	})
@@ -194,7 +194,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 		b.health.set(wcb.Name, probe.Unhealthy)
 		b.settle(b.reconciler(b.c), wcb.Name)
 		got := b.getBreaker(wcb.Name)
-		if c := condition(got, policy.ConditionTargetFound); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "webhook "+target) {
+		if c := condition(got, v1alpha1.ConditionTargetFound); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "webhook "+target) {
 			t.Fatalf("TargetFound = %+v", c)
 		}
 		if len(b.getConfig().Annotations) != 0 {
@@ -215,7 +215,7 @@ func TestUnusableTargetsAreReportedNotWritten(t *testing.T) {
 			if *hookOf(t, cfg, target).FailurePolicy != admissionregistrationv1.Ignore || !hasRecord(cfg) {
 				t.Fatalf("%s: tripswitch acted on a corrupt record: %s", st, webhookJSON(t, cfg, target))
 			}
-			if c := condition(b.getBreaker(wcb.Name), policy.ConditionReady); c.Reason != policy.ReasonCorruptRecord {
+			if c := condition(b.getBreaker(wcb.Name), v1alpha1.ConditionReady); c.Reason != policy.ReasonCorruptRecord {
 				t.Fatalf("Ready = %+v, want reason %s", c, policy.ReasonCorruptRecord)
 			}
 		}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // TestGeneratedRoleSufficesWithResourceNames runs a full cycle as a user bound
@@ -109,7 +109,7 @@ func TestBreakerTheControllerMayNotRead(t *testing.T) {
 	r.Client = restricted
 	b.settle(r, wcb.Name)
 	got := b.getBreaker(wcb.Name)
-	ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != policy.ReasonNotApproved || got.Status.State != v1alpha1.StateUnknown {
 		t.Fatalf("state %s, Ready %+v; want Unknown and Ready False (NotApproved)", got.Status.State, ready)
 	}

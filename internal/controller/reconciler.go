@@ -20,7 +20,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
-	"github.com/tripswitch-dev/tripswitch/internal/approval"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/configlock"
@@ -28,7 +27,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
-	"github.com/tripswitch-dev/tripswitch/internal/statusbook"
 	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
 
@@ -62,43 +60,46 @@ type Reconciler struct {
 	// Recorder, if set, receives the breaker's events.
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
-	Metrics  *metrics.Metrics
+	// Metrics, if set, records the breakers' metrics; unset, they go to a
+	// set no registry exposes.
+	Metrics *metrics.Metrics
 	// Audits, if set, is asked for the audit of each closed window of a
 	// breaker with spec.audit enabled.
 	Audits AuditQueue
 	// Signals, if set, keeps the API server signal of breakers with
 	// spec.apiServerSignal enabled.
 	Signals SignalSource
-	// Requeue queues a breaker for reconciling; nil: a breaker waiting for
-	// its configuration's write lock polls for it instead.
+	// Requeue, if set, queues a breaker for reconciling; unset, a breaker
+	// waiting for its configuration's write lock polls for it instead.
 	Requeue func(breaker string)
 	// Decisions, if set, counts the breakers queued for a decision; while
-	// more wait than its Workers, status writes that can wait do (see
-	// deferReport).
+	// any waits, status writes that can wait do (see deferReport). Unset:
+	// none is queued, and no status write waits.
 	Decisions *schedule.Decisions
 	// Limit, if set, is --max-open-circuits: every open is judged by it.
+	// Unset: no limit.
 	Limit *clusterlimit.Gate
 	// RequestDeadline is the API server's request deadline the Preflight
 	// condition judges a chain of webhooks against
 	// (--apiserver-request-timeout); 0: kube-apiserver's default, 60s.
 	RequestDeadline time.Duration
-	// TargetIndexed: Client's cache indexes breakers by breakerindex.ByTarget
+	// TargetIndexed: Client's cache indexes breakers by byTarget
 	// (Setup registers it); unset, finding the breakers that name the same
 	// webhook lists every breaker.
 	TargetIndexed bool
 
 	// approvals: the approved configuration names last read, per kind.
-	approvals approval.Cache
+	approvals approvalCache
 
 	once sync.Once
+	// lockWait is when a breaker that found its configuration's write lock
+	// taken is looked at again if nothing wakes it (setDefaults).
+	lockWait time.Duration
 	// memory is what this process remembers of each breaker (memory.go).
 	memory memories
 	// configs is what it remembers of each target configuration: its
 	// write lock, and its own last write to it.
 	configs configlock.Locks
-	// statuses is when it first saw each breaker and last wrote its
-	// status.
-	statuses statusbook.Book
 	// chains judges each breaker's Preflight on the watched configurations.
 	chains webhookchain.Watched
 }
@@ -149,6 +150,23 @@ func (noEvents) Eventf(runtime.Object, runtime.Object, string, string, string, s
 
 // setDefaults puts no-op collaborators where none was given.
 func (r *Reconciler) setDefaults() {
+	if r.Metrics == nil {
+		r.Metrics = metrics.Unregistered()
+	}
+	if r.Decisions == nil {
+		r.Decisions = &schedule.Decisions{}
+	}
+	if r.Limit == nil {
+		r.Limit = &clusterlimit.Gate{}
+	}
+	// A breaker that found its configuration's write lock taken is queued
+	// again at its release (Requeue), and looks again after lockedRetry in
+	// case that wake-up is lost; with nothing to queue it, it polls.
+	r.lockWait = lockedRetry
+	if r.Requeue == nil {
+		r.Requeue = func(string) {}
+		r.lockWait = lockPoll
+	}
 	if r.Targets == nil {
 		r.Targets = uncachedTargets{}
 	}
@@ -173,7 +191,7 @@ type SignalSource interface {
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one
-// webhook write, and reports: observe, decide, act, top to bottom.
+// webhook write, and reports: observe, decide, limit, act, top to bottom.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.setDefaults)
 	// Observe: the breaker, fresh if the cache lags behind this process.
@@ -181,7 +199,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b == nil || err != nil {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
-	r.statuses.FirstSeen(b.Name, r.Clock.Now()) // a new breaker's first status waits from here at most
+	r.memory.firstSeen(b.Name, r.Clock.Now()) // a new breaker's first status waits from here at most
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("breaker", b.Name,
 		"target", b.Spec.Target.ConfigurationKey(), "webhook", b.Spec.Target.WebhookName))
 	deleting := !b.DeletionTimestamp.IsZero()
@@ -215,25 +233,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// process makes it fail and be decided again.
 		unlock := r.lockTarget(b.Spec.Target, b.Name)
 		if unlock == nil {
-			return ctrl.Result{RequeueAfter: r.lockedRetry()}, nil
+			return ctrl.Result{RequeueAfter: r.lockWait}, nil
 		}
 		defer unlock()
 		if s, err = r.decide(ctx, b, spec, r.readFor(b)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
+	// Limit: --max-open-circuits judges an open, and holds its place
+	// through the open's write.
+	var release func()
+	s.d, release = r.Limit.Judge(ctx, b, s.d, r.Clock.Now())
+	defer release()
 	// Act: write, report, requeue.
 	return r.act(ctx, b, spec, s)
-}
-
-// lockedRetry is when a breaker that found its configuration's lock taken
-// is looked at again if nothing wakes it: soon when nothing can (Requeue
-// unset).
-func (r *Reconciler) lockedRetry() time.Duration {
-	if r.Requeue == nil {
-		return 20 * time.Millisecond
-	}
-	return lockedRetry
 }
 
 // expectedRetry is how soon an expected race is retried.

@@ -19,7 +19,6 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
-	"github.com/tripswitch-dev/tripswitch/internal/breakerindex"
 	"github.com/tripswitch-dev/tripswitch/internal/clusterlimit"
 	"github.com/tripswitch-dev/tripswitch/internal/metrics"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -49,9 +48,9 @@ type Options struct {
 	// SignalInterval is how often the API server's /metrics is read for
 	// breakers with spec.apiServerSignal; default 5s.
 	SignalInterval time.Duration
-	// Requester is the user the controller runs as (identity.Username): the
-	// probes' synthetic reviews (an HTTPProber without a Requester of its
-	// own) and the audit's re-reviews name it.
+	// Requester is the user the controller runs as (cmd/tripswitch asks
+	// the API server): the probes' synthetic reviews (an HTTPProber without
+	// a Requester of its own) and the audit's re-reviews name it.
 	Requester string
 	// Stalls measures how long the controller could not run, so that a
 	// probe timeout it caused is discarded; nil means a new stall.Watch of
@@ -80,10 +79,6 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		RequestDeadline: opts.RequestDeadline}
 	queue := &schedule.Queue{}
 	r.Requeue = queue.Add
-	// A status write that can wait waits while any decision is queued, not
-	// only while decisions outnumber the workers: on the API server it
-	// competes with the patches that open and close circuits (in a slow
-	// storm at 1,000 breakers, 176 status writes during the opens, 15 so).
 	r.Decisions = &schedule.Decisions{}
 	if opts.Registerer != nil {
 		var err error
@@ -94,10 +89,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 			return nil, fmt.Errorf("register stall metrics: %w", err)
 		}
 	}
+	r.once.Do(r.setDefaults) // before the runnables take r.Metrics
 	if err := r.addRunnables(mgr, opts, queue); err != nil {
 		return nil, err
 	}
-	if err := breakerindex.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := indexBreakers(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
 	err := r.watchPeers(ctrl.NewControllerManagedBy(mgr).

@@ -15,9 +15,9 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
 
 // TestAPIServerSignalOpensAndHoldsTheCircuit: a webhook with failurePolicy
@@ -101,7 +101,7 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	b.settle(r, name)
 	got := b.getBreaker(name)
 	if ambiguous {
-		c := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionAPIServerSignal)
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAPIServerSignal)
 		if got.Status.State != v1alpha1.StateClosed || c == nil || c.Reason != policy.ReasonSignalAmbiguous || !strings.Contains(c.Message, name+"-twin") {
 			t.Fatalf("state %s, APIServerSignal %+v: want Closed and the ambiguity named", got.Status.State, c)
 		}
@@ -156,7 +156,7 @@ func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
 	tracker.Scrape(b.ctx)
 	b.settle(r, name)
 	got := b.getBreaker(name)
-	c := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionAPIServerSignal)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAPIServerSignal)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != policy.ReasonSignalUnreadable {
 		t.Fatalf("condition %+v, want APIServerSignal False (Unreadable)", c)
 	}
@@ -165,7 +165,7 @@ func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
 			t.Errorf("message %q does not name %q", c.Message, want)
 		}
 	}
-	if ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v: the probes still work, the breaker can still act", ready)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
-	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -61,7 +60,7 @@ func TestFirstStatusComesWithTheVerdict(t *testing.T) {
 	b.health.set(decides, probe.Healthy)
 	reconcile(decides)
 	got := b.getBreaker(decides)
-	ready := meta.FindStatusCondition(got.Status.Conditions, policy.ConditionReady)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	if got.Status.State != v1alpha1.StateClosed || ready == nil || ready.Status != metav1.ConditionTrue || got.Status.Probe.ConsecutiveSuccesses == 0 {
 		t.Fatalf("after the verdict: state %q, Ready %+v, probe %+v; want Closed, Ready and the verdict's counts", got.Status.State, ready, got.Status.Probe)
 	}
@@ -91,7 +90,7 @@ func TestFirstStatusComesWithTheVerdict(t *testing.T) {
 	b.createBreaker(missing, func(wcb *v1alpha1.WebhookCircuitBreaker) { wcb.Spec.Target.ConfigurationName = "no-such-configuration" })
 	reconcile(missing) // the finalizer
 	reconcile(missing)
-	if c := meta.FindStatusCondition(b.getBreaker(missing).Status.Conditions, policy.ConditionTargetFound); c == nil || c.Status != metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(b.getBreaker(missing).Status.Conditions, v1alpha1.ConditionTargetFound); c == nil || c.Status != metav1.ConditionFalse {
 		t.Fatalf("a breaker whose target is missing: TargetFound %+v, want False at once", c)
 	}
 }

@@ -155,3 +155,32 @@ func TestGoDefaultsAreTheCRDs(t *testing.T) {
 			server, *server.Signal, *server.Audit, goSide, *goSide.Signal, *goSide.Audit)
 	}
 }
+
+// TestSampleBoundsAreTheCRDs: the API server takes halfOpen.samplePercent
+// at v1alpha1's bounds and refuses it one past the upper one, so the CRD's
+// markers and the constants Resolve and the trial's expression use agree.
+// (Below the lower bound is 0, which the API leaves out: the default.)
+func TestSampleBoundsAreTheCRDs(t *testing.T) {
+	b := newBed(t)
+	for i, c := range []struct {
+		percent int32
+		ok      bool
+	}{{v1alpha1.MinHalfOpenSamplePercent, true}, {v1alpha1.MaxHalfOpenSamplePercent, true}, {v1alpha1.MaxHalfOpenSamplePercent + 1, false}} {
+		wcb := &v1alpha1.WebhookCircuitBreaker{
+			ObjectMeta: metav1.ObjectMeta{Name: b.cfg + "-" + string(rune('a'+i))},
+			Spec: v1alpha1.WebhookCircuitBreakerSpec{
+				Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: "c", WebhookName: target},
+				AllowAdmissionWithoutMutation: true, OpenAction: v1alpha1.OpenActionBypass,
+				APIServerSignal: &v1alpha1.APIServerSignalSpec{Enabled: true},
+				HalfOpen:        &v1alpha1.HalfOpenSpec{SamplePercent: c.percent},
+			},
+		}
+		err := b.c.Create(b.ctx, wcb)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("samplePercent %d: %v, want it accepted", c.percent, err)
+		case !c.ok && !apierrors.IsInvalid(err):
+			t.Errorf("samplePercent %d: %v, want Invalid", c.percent, err)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -33,8 +34,8 @@ import (
 	"github.com/tripswitch-dev/tripswitch/config/crd"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
 )
 
 // Names used in the demo cluster.
@@ -217,7 +218,7 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // InProcess runs the controller manager in this process, logging to
-// dir/controller.log.
+// dir/controller.log; stop may be called more than once.
 func InProcess(ctx context.Context, cfg *rest.Config, dir string) (stop func(), err error) {
 	scheme, err := Scheme()
 	if err != nil {
@@ -235,6 +236,8 @@ func InProcess(ctx context.Context, cfg *rest.Config, dir string) (stop func(), 
 		LeaderElectionID:              "tripswitch.dev",
 		LeaderElectionNamespace:       "default",
 		LeaderElectionReleaseOnCancel: true,
+		// Tests run it again in the same process (go test -count).
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

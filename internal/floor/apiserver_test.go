@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/floor"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 var owner = floor.Owner{Breaker: "policy-validator", UID: "uid-floor"}

@@ -12,8 +12,10 @@
 // failure rate under its threshold. Any probe failure, or the trial's calls
 // reaching the threshold, fails the trial at once: back to full Bypass,
 // and the next trial waits after, doubled for each failed trial, up to
-// maxBackoff. A trial that sees too few calls to judge closes on the probes
-// after maxWait: a quiet webhook must not stay open for ever.
+// maxBackoff. The first trial also waits after from the open: probes that
+// passed while the API server's calls failed say nothing new. A trial that
+// sees too few calls to judge closes on the probes after maxWait: a quiet
+// webhook must not stay open for ever.
 package halfopen
 
 import (
@@ -75,7 +77,8 @@ type Input struct {
 	Record *v1alpha1.CircuitRecord
 	// HealthyFor is how long the probes have been healthy without a
 	// failure (consecutive successes times the interval); 0 unless the
-	// probes' verdict is healthy.
+	// probes' verdict is healthy. Only the part since the circuit opened
+	// counts toward halfOpen.after.
 	HealthyFor time.Duration
 	// ProbeFailed: the probes' verdict is unhealthy.
 	ProbeFailed bool
@@ -114,16 +117,19 @@ func judgeWaiting(in Input) Verdict {
 		return Verdict{Step: Wait, Reason: ReasonWaiting, Next: rec.NextTrialAt.Time,
 			Message: fmt.Sprintf("%d failed trial(s); the next starts at %s at the earliest, once the probes are healthy", rec.FailedTrials, rec.NextTrialAt.UTC().Format(time.RFC3339))}
 	}
-	if in.ProbeFailed || in.HealthyFor < in.Spec.After {
+	// Health from before the open says nothing new: the API server's calls
+	// may have opened the circuit while the probes passed.
+	healthy := min(in.HealthyFor, max(in.Now.Sub(rec.OpenedAt.Time), 0))
+	if in.ProbeFailed || healthy < in.Spec.After {
 		v := Verdict{Step: Wait, Reason: ReasonWaiting,
-			Message: fmt.Sprintf("a trial starts after %s of healthy probes (healthy for %s)", in.Spec.After, in.HealthyFor.Round(time.Second))}
+			Message: fmt.Sprintf("a trial starts after %s of healthy probes since the circuit opened (healthy for %s)", in.Spec.After, healthy.Round(time.Second))}
 		if !in.ProbeFailed {
-			v.Next = in.Now.Add(in.Spec.After - in.HealthyFor)
+			v.Next = in.Now.Add(in.Spec.After - healthy)
 		}
 		return v
 	}
 	return Verdict{Step: Start, Reason: ReasonTrialStarted, SamplePercent: in.Spec.SamplePercent,
-		Message: fmt.Sprintf("probes healthy for %s: a trial lets %d%% of requests reach the webhook under failurePolicy Ignore", in.HealthyFor.Round(time.Second), in.Spec.SamplePercent)}
+		Message: fmt.Sprintf("probes healthy for %s since the circuit opened: a trial lets %s of requests reach the webhook under failurePolicy Ignore", healthy.Round(time.Second), v1alpha1.SampleShare(in.Spec.SamplePercent))}
 }
 
 func judgeRunning(in Input) Verdict {

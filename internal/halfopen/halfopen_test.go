@@ -26,6 +26,13 @@ func open(trialAgo time.Duration, failed int32, next *time.Time) *v1alpha1.Circu
 	return rec
 }
 
+// openedAgo is a circuit opened d before t0, no trial yet.
+func openedAgo(d time.Duration) *v1alpha1.CircuitRecord {
+	rec := open(-1, 0, nil)
+	rec.OpenedAt = metav1.NewTime(t0.Add(-d))
+	return rec
+}
+
 func TestJudge(t *testing.T) {
 	later := t0.Add(time.Minute)
 	earlier := t0.Add(-time.Second)
@@ -39,7 +46,10 @@ func TestJudge(t *testing.T) {
 		{"closed", Input{}, Wait, time.Time{}, "closed"},
 		{"probes not healthy long enough", Input{Record: open(-1, 0, nil), HealthyFor: 10 * time.Second}, Wait, t0.Add(20 * time.Second), "after 30s of healthy probes"},
 		{"probes failing", Input{Record: open(-1, 0, nil), ProbeFailed: true}, Wait, time.Time{}, "healthy probes"},
-		{"healthy long enough", Input{Record: open(-1, 0, nil), HealthyFor: 30 * time.Second}, Start, time.Time{}, "lets 6%"},
+		{"healthy long enough", Input{Record: open(-1, 0, nil), HealthyFor: 30 * time.Second}, Start, time.Time{}, "lets 6.25%"},
+		{"opened on the signal while the probes passed", Input{Record: openedAgo(5 * time.Second), HealthyFor: time.Hour}, Wait, t0.Add(25 * time.Second), "since the circuit opened (healthy for 5s)"},
+		{"healthy since the open for after", Input{Record: openedAgo(30 * time.Second), HealthyFor: time.Hour}, Start, time.Time{}, "healthy for 30s since the circuit opened"},
+		{"healthy for less than after since the open", Input{Record: openedAgo(time.Minute), HealthyFor: 20 * time.Second}, Wait, t0.Add(10 * time.Second), "(healthy for 20s)"},
 		{"backoff not over", Input{Record: open(-1, 2, &later), HealthyFor: time.Hour}, Wait, later, "2 failed trial(s)"},
 		{"backoff over", Input{Record: open(-1, 2, &earlier), HealthyFor: time.Hour}, Start, time.Time{}, ""},
 		{"running", Input{Record: open(10*time.Second, 0, nil), Calls: Calls{Calls: 50}}, Run, t0.Add(20 * time.Second), "50 trial call(s)"},

@@ -48,6 +48,18 @@ type probeSeries struct {
 
 // New creates the metrics and registers them with reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := Unregistered()
+	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Unregistered creates the metrics without registering them anywhere:
+// what a Reconciler given none records into.
+func Unregistered() *Metrics {
 	m := &Metrics{
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tripswitch_circuit_open", Help: "1 while tripswitch holds the breaker's webhook open, else 0.",
@@ -90,15 +102,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
 	for _, d := range []probe.Discard{probe.DiscardStarved, probe.DiscardBlocked, probe.DiscardPaced} {
 		m.discarded.WithLabelValues(string(d))
 	}
-	return m, nil
+	return m
 }
 
 // ObserveProbe records one probe result.

@@ -9,7 +9,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
-	"github.com/tripswitch-dev/tripswitch/internal/openlimit"
+	"github.com/tripswitch-dev/tripswitch/internal/owners"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -115,9 +115,21 @@ type Input struct {
 	// State is the circuit as the configuration records it.
 	State circuit.State
 	// Mirror is the record the breaker's status last mirrored, if it was for
-	// this same configuration (same UID).
+	// this same configuration (same UID), or else the one this process
+	// wrote last and its status does not show yet (Observed.Opened).
 	Mirror *v1alpha1.CircuitRecord
-	Health Health
+	// ClosedMine: this process closed the circuit Mirror records.
+	ClosedMine bool
+	// KnewOpen: this process knew the circuit Mirror records open
+	// first-hand: it wrote the record, or read it in the configuration. A
+	// process that never did (it started after the record was gone) cannot
+	// tell an owner's rewrite from its predecessor's close cut short by a
+	// crash before the status write.
+	KnewOpen bool
+	// Writers are the configuration's other writers of the webhook, from
+	// its managedFields, the latest first: an external change names them.
+	Writers []owners.Writer
+	Health  Health
 	// ProbeUnknown: the last probe could not be made (ProbeReason says why),
 	// so health is unknown in both directions.
 	ProbeUnknown bool
@@ -142,7 +154,7 @@ type Input struct {
 	Trial *halfopen.Verdict
 	// MaxOpen is spec.maxOpenDuration's judgement of this breaker's open
 	// circuit (Clocked sets it and Trial).
-	MaxOpen openlimit.MaxOpen
+	MaxOpen MaxOpen
 }
 
 // Decision is what to do, and why. The status is computed from its fields,
@@ -197,6 +209,7 @@ func decide(in Input) Decision {
 		checkTargetFound,
 		checkExternalChange,
 		checkRecordRemoved,
+		checkChangeUndone,
 		checkDeleting,
 		checkObserve,
 		checkActionChanged,
@@ -278,20 +291,21 @@ func checkExternalChange(in Input) (Decision, bool) {
 	if in.State.Record == nil || in.State.Intact() {
 		return Decision{}, false
 	}
+	undone := undoneBy(in, in.State.Record, true)
 	d := Decision{
 		Reason:         ReasonExternalChange,
-		Message:        fmt.Sprintf("the %s change tripswitch made was altered by someone else; dropping the record and leaving their value", in.State.Record.Action),
+		Message:        undone + "; dropping the record and leaving their value",
 		ExternalChange: true,
 	}
 	if in.Mode == v1alpha1.ModeObserve {
-		d.Message = "the change tripswitch made was altered by someone else; mode is Observe, so the record is left in place"
+		d.Message = undone + "; mode is Observe, so the record is left in place"
 		return d, true
 	}
 	d.Write = WriteDrop
 	// In ForceOpen health never re-arms, so a healthy webhook is no reason to
 	// reopen over the operator's change either.
 	if in.Health.Verdict != probe.VerdictHealthy || in.Mode == v1alpha1.ModeForceOpen {
-		d.Disarm = "an operator changed the webhook while its circuit was open"
+		d.Disarm = "someone changed the webhook while its circuit was open: " + undone
 	}
 	return d, true
 }
@@ -313,6 +327,44 @@ func checkRecordRemoved(in Input) (Decision, bool) {
 	}
 	d.ReleaseFinalizer = in.Deleting
 	return d, true
+}
+
+// checkChangeUndone: tripswitch opened the circuit (its status mirrors the
+// record, or this process wrote it a moment ago) and did not close it, yet
+// the record and the change are both gone: the configuration was written
+// over whole (Kyverno writes its configurations back from a template).
+// That is an external change like any other. Opening again would be
+// undone again, a write per rewrite for the whole outage: tripswitch lets
+// go and does not open again until the webhook is healthy. Only a process
+// that knew the circuit open judges so: one that starts to find it gone
+// may be looking at its predecessor's close, cut short by a crash before
+// the status said so; it lets the window end, and a rewrite of its own
+// open is judged when it comes (one more write per outage at most).
+func checkChangeUndone(in Input) (Decision, bool) {
+	m := in.Mirror
+	if in.State.Record != nil || m == nil || in.ClosedMine || !in.KnewOpen || in.State.FailsOpenWithoutRecord(m.Action) {
+		return Decision{}, false
+	}
+	undone := undoneBy(in, m, false)
+	d := Decision{Reason: ReasonExternalChange, ExternalChange: true, ReleaseFinalizer: in.Deleting,
+		Message: undone + "; tripswitch leaves their value and does not open again for this outage"}
+	if in.Health.Verdict != probe.VerdictHealthy || in.Mode == v1alpha1.ModeForceOpen {
+		d.Disarm = "the configuration was written over while its circuit was open: " + undone
+	}
+	return d, true
+}
+
+// undoneBy says who undid rec's change and what is gone; kept: the record
+// annotation is still there.
+func undoneBy(in Input, rec *v1alpha1.CircuitRecord, kept bool) string {
+	return fmt.Sprintf("%s undid tripswitch's %s: %s", writerOf(in, rec), rec.Action, owners.Undone(rec, in.State.Webhook, kept))
+}
+
+// writerOf names the writer that undid rec's change (owners.Blame).
+func writerOf(in Input, rec *v1alpha1.CircuitRecord) string {
+	fp := in.State.Webhook.FailurePolicy
+	policy := rec.SetFailurePolicy != "" && (fp == nil || string(*fp) != rec.SetFailurePolicy)
+	return owners.Blame(in.Writers, rec.OpenedAt.Time, policy)
 }
 
 func checkDeleting(in Input) (Decision, bool) {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/owners"
 )
 
 // Event is one event a status report emits on its breaker.
@@ -18,22 +19,27 @@ type Event struct {
 // ReportEvents are the events that go with writing next as b's status:
 // refusals and findings once, when their condition first turns up, not on
 // every reconcile (a disarm is one: Ready turns False with reason Disarmed
-// and the message says how it re-arms); a refusal that leaves the breaker
-// Ready, once when it starts; a recreated target; a re-arm.
+// and the message says how it re-arms); an owner that may undo the open
+// (Owned), once; a refusal that leaves the breaker Ready, once when it
+// starts; a recreated target; a re-arm.
 func ReportEvents(b *v1alpha1.WebhookCircuitBreaker, d Decision, next v1alpha1.WebhookCircuitBreakerStatus) []Event {
 	var out []Event
-	for _, typ := range []string{ConditionReady, ConditionTargetFound, ConditionExternalChange, ConditionProbeUnsupported, ConditionAPIServerSignal, ConditionControllerStarved, v1alpha1.ConditionOpenTooLong, v1alpha1.ConditionPreflight} {
+	for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionTargetFound, v1alpha1.ConditionExternalChange, v1alpha1.ConditionProbeUnsupported, v1alpha1.ConditionAPIServerSignal, v1alpha1.ConditionControllerStarved, v1alpha1.ConditionOpenTooLong, v1alpha1.ConditionPreflight} {
 		c := meta.FindStatusCondition(next.Conditions, typ)
 		if c == nil {
 			continue
 		}
 		prev := meta.FindStatusCondition(b.Status.Conditions, typ)
-		bad := (c.Status == metav1.ConditionFalse) == (typ == ConditionReady || typ == ConditionTargetFound || typ == ConditionAPIServerSignal || typ == v1alpha1.ConditionPreflight)
+		bad := (c.Status == metav1.ConditionFalse) == (typ == v1alpha1.ConditionReady || typ == v1alpha1.ConditionTargetFound || typ == v1alpha1.ConditionAPIServerSignal || typ == v1alpha1.ConditionPreflight)
 		if bad && (prev == nil || prev.Status != c.Status || prev.Reason != c.Reason) {
 			out = append(out, Event{"Warning", c.Reason, "Report", c.Message})
 		}
 	}
-	if prev := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); d.Refused && (prev == nil || prev.Reason != d.Reason) {
+	if c, prev := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionOwned), meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionOwned); c != nil &&
+		(c.Reason == owners.ReasonUndoesOpen || c.Reason == owners.ReasonMayUndoOpen) && (prev == nil || prev.Reason != c.Reason) {
+		out = append(out, Event{"Warning", c.Reason, "Report", c.Message})
+	}
+	if prev := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady); d.Refused && (prev == nil || prev.Reason != d.Reason) {
 		out = append(out, Event{"Normal", d.Reason, "Refuse", d.Message})
 	}
 	if next.TargetUID != b.Status.TargetUID && b.Status.TargetUID != "" {

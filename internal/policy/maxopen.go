@@ -7,20 +7,43 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/openlimit"
 )
 
 // ReasonWithinMaxOpen is OpenTooLong's reason while it is False.
 const ReasonWithinMaxOpen = "WithinMaxOpenDuration"
 
-// Clocked sets what in knows from the clock: the half-open trial's verdict
-// and spec.maxOpenDuration's judgement of this breaker's open circuit (on
-// the record's openedAt, which survives failover).
-func Clocked(in *Input, spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) {
-	in.Trial = TrialVerdict(spec, obs, now)
-	if rec := in.State.Record; rec != nil && rec.BreakerUID == in.BreakerUID {
-		in.MaxOpen = openlimit.CheckMaxOpen(rec.OpenedAt.Time, now, spec.MaxOpen, spec.OnMaxOpen)
+// MaxOpen is what spec.maxOpenDuration says about an open circuit now.
+type MaxOpen struct {
+	// TooLong: the circuit has been open for maxOpenDuration or longer
+	// (the OpenTooLong condition, event and metric).
+	TooLong bool
+	// Close: TooLong and onMaxOpen is Close, so the webhook's original policy
+	// is to be restored although it may still be failing.
+	Close bool
+	// Remaining is how long until TooLong (0 once it is): when to look again.
+	Remaining time.Duration
+	// Deadline is openedAt + maxOpenDuration.
+	Deadline time.Time
+}
+
+// CheckMaxOpen judges a circuit opened at openedAt (the record's OpenedAt,
+// which survives failover) at now, under spec's resolved limit. No limit
+// (max 0) or no record (zero openedAt) is never too long. An openedAt in
+// the future (clock skew between replicas) counts from now, so the wait is
+// never longer than the limit.
+func CheckMaxOpen(openedAt, now time.Time, max time.Duration, on v1alpha1.OnMaxOpen) MaxOpen {
+	if max <= 0 || openedAt.IsZero() {
+		return MaxOpen{}
 	}
+	if openedAt.After(now) {
+		openedAt = now
+	}
+	m := MaxOpen{Deadline: openedAt.Add(max)}
+	if m.Remaining = m.Deadline.Sub(now); m.Remaining <= 0 {
+		m.Remaining, m.TooLong = 0, true
+		m.Close = on == v1alpha1.OnMaxOpenClose
+	}
+	return m
 }
 
 // decideMaxOpen: a circuit open for maxOpenDuration with onMaxOpen Close
@@ -41,7 +64,7 @@ func decideMaxOpen(in Input) (Decision, bool) {
 // open for maxOpenDuration, and after onMaxOpen Close ended it (reason
 // MaxOpenDurationClosed) until the breaker re-arms; none without a limit.
 func setMaxOpen(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome, ours *v1alpha1.CircuitRecord) {
-	if b.Spec.MaxOpenDuration == nil || b.Spec.MaxOpenDuration.Duration <= 0 {
+	if o.Spec.MaxOpen <= 0 {
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionOpenTooLong)
 		return
 	}
@@ -51,7 +74,7 @@ func setMaxOpen(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCirc
 	switch {
 	case ours != nil && m.TooLong:
 		set(v1alpha1.ConditionOpenTooLong, true, v1alpha1.ReasonMaxOpenDuration, fmt.Sprintf("open since %s, longer than maxOpenDuration %s (onMaxOpen %s)",
-			ours.OpenedAt.UTC().Format(time.RFC3339), b.Spec.MaxOpenDuration.Duration, b.Spec.Resolve().OnMaxOpen))
+			ours.OpenedAt.UTC().Format(time.RFC3339), o.Spec.MaxOpen, o.Spec.OnMaxOpen))
 	case o.Decision.Reason == v1alpha1.ReasonMaxOpenClosed && o.WriteErr == nil:
 		set(v1alpha1.ConditionOpenTooLong, true, v1alpha1.ReasonMaxOpenClosed, o.Decision.Message)
 	case ours == nil && s.DisarmedReason != "" && prev != nil && prev.Reason == v1alpha1.ReasonMaxOpenClosed:

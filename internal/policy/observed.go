@@ -2,13 +2,16 @@ package policy
 
 import (
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/owners"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/webhookchain"
 )
@@ -41,6 +44,24 @@ type Observed struct {
 	// Chain is the preflight of the webhooks that can match the same
 	// requests; nil when the webhook was not found.
 	Chain *webhookchain.Verdict
+	// Opened is the circuit this process opened last, until the breaker's
+	// status has been written since; Closed is the one it closed, until
+	// the status shows it closed (the reconciler's memory of both).
+	Opened *Opened
+	Closed *ClosedNote
+	// KnewOpen is the openedAt of the last open window this process knew
+	// first-hand (it wrote the record or read it in the configuration);
+	// zero when none.
+	KnewOpen metav1.Time
+}
+
+// Opened is a circuit this process opened: the record it wrote and the
+// configuration's UID. An owner that undoes the open at once is told from
+// it before the breaker's status mirrors the record (a status deferred in
+// a storm).
+type Opened struct {
+	Record v1alpha1.CircuitRecord
+	UID    types.UID
 }
 
 // NewInput gathers what Decide needs from the breaker, its resolved spec
@@ -73,10 +94,30 @@ func NewInput(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.Signal.FailureRate, obs.Signal.Failures, obs.Signal.Calls)
 	}
-	if obs.Config != nil && obs.Config.Object.GetUID() == b.Status.TargetUID {
-		in.Mirror = b.Status.Record
+	if obs.Config == nil {
+		return in
 	}
+	uid := obs.Config.Object.GetUID()
+	switch {
+	case uid == b.Status.TargetUID && b.Status.Record != nil:
+		in.Mirror = b.Status.Record
+	case obs.Opened != nil && obs.Opened.UID == uid:
+		in.Mirror = &obs.Opened.Record
+	}
+	in.ClosedMine = in.Mirror != nil && obs.Closed != nil && in.Mirror.OpenedAt.Equal(&obs.Closed.OpenedAt)
+	in.KnewOpen = in.Mirror != nil && !obs.KnewOpen.IsZero() && in.Mirror.OpenedAt.Equal(&obs.KnewOpen)
+	in.Writers = owners.Writers(obs.Config.Object, b.Spec.Target.WebhookName)
 	return in
+}
+
+// Clocked sets what in knows from the clock: the half-open trial's verdict
+// and spec.maxOpenDuration's judgement of this breaker's open circuit (on
+// the record's openedAt, which survives failover).
+func Clocked(in *Input, spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) {
+	in.Trial = TrialVerdict(spec, obs, now)
+	if rec := in.State.Record; rec != nil && rec.BreakerUID == in.BreakerUID {
+		in.MaxOpen = CheckMaxOpen(rec.OpenedAt.Time, now, spec.MaxOpen, spec.OnMaxOpen)
+	}
 }
 
 // ClosedNote is a circuit this process closed whose breaker's status does
@@ -92,6 +133,8 @@ type ClosedNote struct {
 // Outcome is what one reconcile read, decided and wrote: everything the
 // next status is derived from.
 type Outcome struct {
+	// Spec is the breaker's spec, resolved once for this reconcile.
+	Spec     v1alpha1.ResolvedSpec
 	Input    Input
 	Decision Decision
 	Observed Observed

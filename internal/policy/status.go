@@ -12,27 +12,8 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
+	"github.com/tripswitch-dev/tripswitch/internal/owners"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-)
-
-// Condition types.
-const (
-	ConditionReady            = v1alpha1.ConditionReady
-	ConditionCircuitOpen      = v1alpha1.ConditionCircuitOpen
-	ConditionTargetFound      = "TargetFound"
-	ConditionExternalChange   = "ExternalChange"
-	ConditionProbeUnsupported = "ProbeUnsupported"
-	// ConditionProbesLate is True while probes cannot keep their interval:
-	// the controller has more breakers than its CPU can probe on time.
-	ConditionProbesLate = "ProbesLate"
-	// ConditionControllerStarved is True while the controller discards probe
-	// timeouts because it could not run for a large part of them; False
-	// once it has not for a while, absent if it never did.
-	ConditionControllerStarved = "ControllerStarved"
-	// ConditionAPIServerSignal is True while the API server signal reads the
-	// API server's metrics, False when it cannot (the signal is degraded:
-	// only the probes can open the circuit); absent without the signal.
-	ConditionAPIServerSignal = "APIServerSignal"
 )
 
 // ours is the record the write left on the webhook, if it is this breaker's.
@@ -62,7 +43,19 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	setMaxOpen(&s, b, o, ours)
 	setOpenRefused(&s, b, o)
 	setPreflight(&s, b, o)
+	setOwned(&s, b, o)
 	return s
+}
+
+// setOwned sets Owned from the configuration's other writers
+// (owners.Judge); without the webhook it stays as last judged. It never
+// touches Ready.
+func setOwned(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome) {
+	if !o.Input.TargetFound || o.Observed.Config == nil {
+		return
+	}
+	v := owners.Judge(o.Observed.Config.Object, b.Spec.Target.WebhookName, o.Spec.Action, o.Spec.HalfOpen != nil)
+	setter(s, b, o)(v1alpha1.ConditionOwned, v.Owned, v.Reason, v.Message)
 }
 
 // setPreflight sets Preflight from the chain's verdict; without one (the
@@ -85,8 +78,8 @@ func notApprovedStatus(s v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.Webho
 		s.LastTransitionTime = &o.Now
 	}
 	for _, c := range []metav1.Condition{
-		{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Decision.Message},
-		{Type: ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Observed.NotApproved},
+		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Decision.Message},
+		{Type: v1alpha1.ConditionTargetFound, Status: metav1.ConditionFalse, Reason: ReasonNotApproved, Message: o.Observed.NotApproved},
 	} {
 		c.ObservedGeneration, c.LastTransitionTime = b.Generation, o.Now
 		meta.SetStatusCondition(&s.Conditions, c)
@@ -190,31 +183,31 @@ func setConditions(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookC
 	set := setter(s, b, o)
 	switch {
 	case in.TargetFound:
-		set(ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
+		set(v1alpha1.ConditionTargetFound, true, ReasonConfigurationFound, "webhook "+b.Spec.Target.WebhookName+" found in "+b.Spec.Target.ConfigurationName)
 	default:
-		set(ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.Observed))
+		set(v1alpha1.ConditionTargetFound, false, ReasonTargetNotFound, notFoundMessage(b, o.Observed))
 	}
 	switch {
 	case ours != nil && ours.Trial != nil:
-		set(ConditionCircuitOpen, true, halfopen.ReasonRunning, fmt.Sprintf("%s since %s: %s; a trial lets %s of requests reach the webhook under failurePolicy Ignore since %s",
+		set(v1alpha1.ConditionCircuitOpen, true, halfopen.ReasonRunning, fmt.Sprintf("%s since %s: %s; a trial lets %s of requests reach the webhook under failurePolicy Ignore since %s",
 			ours.Action, ours.OpenedAt.UTC().Format(time.RFC3339), ours.Reason, ours.Trial.SamplePercent, ours.Trial.StartedAt.UTC().Format(time.RFC3339)))
 	case ours != nil:
-		set(ConditionCircuitOpen, true, ReasonCircuitOpen, string(ours.Action)+" since "+ours.OpenedAt.UTC().Format(time.RFC3339)+": "+ours.Reason)
+		set(v1alpha1.ConditionCircuitOpen, true, ReasonCircuitOpen, string(ours.Action)+" since "+ours.OpenedAt.UTC().Format(time.RFC3339)+": "+ours.Reason)
 	default:
-		set(ConditionCircuitOpen, false, ReasonCircuitClosed, "tripswitch holds no change on the webhook")
+		set(v1alpha1.ConditionCircuitOpen, false, ReasonCircuitClosed, "tripswitch holds no change on the webhook")
 	}
 	if d.ExternalChange {
-		set(ConditionExternalChange, true, d.Reason, d.Message)
+		set(v1alpha1.ConditionExternalChange, true, d.Reason, d.Message)
 	} else if s.DisarmedReason == "" {
-		set(ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
+		set(v1alpha1.ConditionExternalChange, false, ReasonNoExternalChange, "no external change during an open circuit")
 	}
 	switch {
 	case !in.TargetFound:
-		set(ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
+		set(v1alpha1.ConditionProbeUnsupported, false, ReasonTargetNotFound, "the webhook was not found: there is nothing to probe")
 	case in.ProbeUnknown:
-		set(ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
+		set(v1alpha1.ConditionProbeUnsupported, true, ReasonProbeUnsupported, in.ProbeReason)
 	default:
-		set(ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
+		set(v1alpha1.ConditionProbeUnsupported, false, ReasonProbeSupported, "the webhook can be probed")
 	}
 	setHealth(s, o, set)
 	setReady(s, o, ours, set)
@@ -236,28 +229,28 @@ func setter(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitB
 func setHealth(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, set func(typ string, ok bool, reason, msg string)) {
 	switch sig := o.Observed.Signal; {
 	case sig == nil:
-		meta.RemoveStatusCondition(&s.Conditions, ConditionAPIServerSignal)
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionAPIServerSignal)
 	case sig.Unreadable:
-		set(ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
+		set(v1alpha1.ConditionAPIServerSignal, false, ReasonSignalUnreadable, sig.Message+"; until then only the probes can open this circuit")
 	case o.Observed.Ambiguous != "":
-		set(ConditionAPIServerSignal, false, ReasonSignalAmbiguous, o.Observed.Ambiguous)
+		set(v1alpha1.ConditionAPIServerSignal, false, ReasonSignalAmbiguous, o.Observed.Ambiguous)
 	default:
-		set(ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
+		set(v1alpha1.ConditionAPIServerSignal, true, ReasonSignalReading, "reading the API server's counts of calls to the webhook")
 	}
 	if o.Observed.Health.Late {
-		set(ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
+		set(v1alpha1.ConditionProbesLate, true, ReasonProbesLate, "probes start more than half an interval late: the controller has more breakers than its CPU can probe on time; "+
 			"every breaker's probes are stretched alike and circuits still open and close, later (give it more CPU, longer probe intervals, or fewer breakers)")
 	} else {
-		set(ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
+		set(v1alpha1.ConditionProbesLate, false, ReasonProbesOnTime, "probes keep their interval")
 	}
 	switch {
 	case o.Observed.Health.Starved:
-		set(ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts the controller could not confirm are not counted: it could not run "+
+		set(v1alpha1.ConditionControllerStarved, true, ReasonControllerStarved, "probe timeouts the controller could not confirm are not counted: it could not run "+
 			"(CPU-throttled by its limit, paused, or waiting for a CPU on a busy node) long enough to have seen an answer. Explicit failures "+
 			"(refused, reset, TLS errors, HTTP 5xx) and the API server signal count as always; a slow or hung webhook opens later. "+
 			"Give the controller more CPU (a higher request or limit) or fewer breakers; last: "+o.Observed.Health.Last.Reason)
-	case meta.FindStatusCondition(s.Conditions, ConditionControllerStarved) != nil:
-		set(ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
+	case meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionControllerStarved) != nil:
+		set(v1alpha1.ConditionControllerStarved, false, ReasonControllerRuns, "probe timeouts count again: the controller has run through every probe for a minute")
 	}
 }
 
@@ -270,19 +263,19 @@ func setReady(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1
 		if d.Write == WriteOpen && errors.Is(o.WriteErr, circuit.ErrCannotBypass) {
 			reason = ReasonCannotBypass
 		}
-		set(ConditionReady, false, reason, o.WriteErr.Error())
+		set(v1alpha1.ConditionReady, false, reason, o.WriteErr.Error())
 	case d.Blocked:
-		set(ConditionReady, false, d.Reason, d.Message)
+		set(v1alpha1.ConditionReady, false, d.Reason, d.Message)
 	case s.DisarmedReason != "" && ours == nil:
-		set(ConditionReady, false, ReasonDisarmed, "tripswitch will not open this circuit for this outage: "+s.DisarmedReason+"; it re-arms when the webhook is healthy again, or with the "+RearmAnnotation+" annotation")
+		set(v1alpha1.ConditionReady, false, ReasonDisarmed, "tripswitch will not open this circuit for this outage: "+s.DisarmedReason+"; it re-arms when the webhook is healthy again, or with the "+RearmAnnotation+" annotation")
 	case ours != nil:
-		set(ConditionReady, true, ReasonCircuitOpen, "tripswitch holds the circuit open and will close it when the webhook recovers")
+		set(v1alpha1.ConditionReady, true, ReasonCircuitOpen, "tripswitch holds the circuit open and will close it when the webhook recovers")
 	case d.Refused:
-		set(ConditionReady, true, d.Reason, d.Message)
+		set(v1alpha1.ConditionReady, true, d.Reason, d.Message)
 	case in.Mode == v1alpha1.ModeObserve:
-		set(ConditionReady, true, ReasonObserving, "mode is Observe: probing and reporting, never writing")
+		set(v1alpha1.ConditionReady, true, ReasonObserving, "mode is Observe: probing and reporting, never writing")
 	default:
-		set(ConditionReady, true, ReasonArmed, "tripswitch can open and close this webhook's circuit")
+		set(v1alpha1.ConditionReady, true, ReasonArmed, "tripswitch can open and close this webhook's circuit")
 	}
 }
 
@@ -330,14 +323,18 @@ func notFoundMessage(b *v1alpha1.WebhookCircuitBreaker, obs Observed) string {
 // watches). A write of detail alone can wait: such detail is written with
 // the next change, and on its own only now and then (the reconciler's
 // choice), so that a thousand breakers created together, or an outage's
-// first failed probes, do not cost a status write each.
-func DetailOnly(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus) bool {
+// first failed probes, do not cost a status write each. p is the
+// breaker's resolved probe spec, whose thresholds the counts are judged
+// against.
+func DetailOnly(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitBreakerStatus, p v1alpha1.ResolvedProbe) bool {
 	cur := b.Status
 	if equality.Semantic.DeepEqual(next, cur) {
 		return false
 	}
-	p := b.Spec.Resolve().Probe
-	if v := probeVerdict(next.Probe, p); v != "" && v != probeVerdict(cur.Probe, p) {
+	verdict := func(s v1alpha1.ProbeStatus) probe.Verdict {
+		return probe.VerdictOf(s.ConsecutiveFailures, s.ConsecutiveSuccesses, p.FailureThreshold, p.SuccessThreshold)
+	}
+	if v := verdict(next.Probe); v != probe.VerdictPending && v != verdict(cur.Probe) {
 		return false
 	}
 	next = *next.DeepCopy()
@@ -348,18 +345,6 @@ func DetailOnly(b *v1alpha1.WebhookCircuitBreaker, next v1alpha1.WebhookCircuitB
 		now.Message = old.Message
 	}
 	return equality.Semantic.DeepEqual(next, cur)
-}
-
-// probeVerdict is the verdict a status's probe counts show: "Healthy" or
-// "Unhealthy" at a threshold, "" below both.
-func probeVerdict(s v1alpha1.ProbeStatus, p v1alpha1.ResolvedProbe) string {
-	switch {
-	case p.FailureThreshold > 0 && s.ConsecutiveFailures >= p.FailureThreshold:
-		return "Unhealthy"
-	case p.SuccessThreshold > 0 && s.ConsecutiveSuccesses >= p.SuccessThreshold:
-		return "Healthy"
-	}
-	return ""
 }
 
 // FirstReportWait is how much longer a new breaker's first status waits
@@ -386,7 +371,7 @@ func FirstReportWait(b *v1alpha1.WebhookCircuitBreaker, o Outcome, seen, now tim
 		h.Verdict == probe.VerdictHealthy || h.Verdict == probe.VerdictUnhealthy || h.Last.Status == probe.Unknown:
 		return 0
 	}
-	p := b.Spec.Resolve().Probe
+	p := o.Spec.Probe
 	until := seen.Add(min(time.Duration(max(p.FailureThreshold, p.SuccessThreshold)+2)*p.Interval, MaxFirstReportWait))
 	return max(until.Sub(now), 0)
 }

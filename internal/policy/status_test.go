@@ -79,14 +79,14 @@ func TestComputeStatus(t *testing.T) {
 				obs.Health.Last = probe.Result{Status: probe.Unknown, Reason: tc.in.ProbeReason}
 			}
 			s := NextStatus(b, Outcome{Input: tc.in, Decision: tc.d, Observed: obs, After: tc.after, WriteErr: tc.writeErr, Now: now})
-			ready := meta.FindStatusCondition(s.Conditions, ConditionReady)
+			ready := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
 			if s.State != tc.wantState || ready == nil || ready.Status != tc.wantReady || ready.Reason != tc.wantReason {
 				t.Fatalf("state %s, Ready %+v; want %s, %s %s", s.State, ready, tc.wantState, tc.wantReady, tc.wantReason)
 			}
 			if s.Target != "sidecar-injector/w.tripswitch.test" {
 				t.Fatalf("target column %q", s.Target)
 			}
-			probeCond := meta.FindStatusCondition(s.Conditions, ConditionProbeUnsupported)
+			probeCond := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionProbeUnsupported)
 			if (probeCond.Status == metav1.ConditionTrue) != tc.in.ProbeUnknown {
 				t.Fatalf("ProbeUnsupported %+v with ProbeUnknown %v", probeCond, tc.in.ProbeUnknown)
 			}
@@ -110,7 +110,7 @@ func TestDetailOnly(t *testing.T) {
 		State: v1alpha1.StateClosed,
 		Probe: v1alpha1.ProbeStatus{ConsecutiveSuccesses: 5, LastResult: "Healthy", LastReason: "HTTP 200"},
 		Conditions: []metav1.Condition{
-			{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonArmed},
+			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonArmed},
 			preflight(metav1.ConditionFalse, "ChainExceedsDeadline", "the 916 webhooks that can match the same requests can take 15m16s"),
 		},
 	}
@@ -150,12 +150,12 @@ func TestDetailOnly(t *testing.T) {
 		}), false},
 		{"the state changed", change(func(s *v1alpha1.WebhookCircuitBreakerStatus) { s.State = v1alpha1.StateOpen }), false},
 	} {
-		if got := DetailOnly(b, c.next); got != c.want {
+		if got := DetailOnly(b, c.next, b.Spec.Resolve().Probe); got != c.want {
 			t.Errorf("%s: DetailOnly %v, want %v", c.name, got, c.want)
 		}
 	}
 	// The first status of a new breaker is never detail.
-	if DetailOnly(&v1alpha1.WebhookCircuitBreaker{}, base) {
+	if DetailOnly(&v1alpha1.WebhookCircuitBreaker{}, base, v1alpha1.ProbeSpec{}.Resolve()) {
 		t.Error("a new breaker's first status is detail")
 	}
 }
@@ -211,6 +211,7 @@ func TestFirstReportWait(t *testing.T) {
 		if c.o != nil {
 			c.o(&o)
 		}
+		o.Spec = b.Spec.Resolve()
 		got := FirstReportWait(b, o, created, created.Add(c.now))
 		switch {
 		case c.waitOK && got != deadline-c.now:

@@ -36,8 +36,11 @@ const idleTimeout = 90 * time.Second
 // taken from a pool for each exchange and given back after it: a thousand
 // idle connections would otherwise hold 8 KiB each.
 type conn struct {
-	nc   net.Conn // the TLS connection
-	raw  net.Conn // the connection under TLS, for the liveness check
+	nc  net.Conn // the TLS connection
+	raw net.Conn // the connection under TLS, for the liveness check
+	// wire reads the kernel's counts of what the connection received (nil:
+	// not a socket, or not read).
+	wire *wire
 	read countingReader
 	// reused: the connection answered a request before.
 	reused bool
@@ -108,6 +111,11 @@ func (p *HTTPProber) connect(ctx context.Context, d *destination, addr string) (
 	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
 		c.raw = tc.NetConn()
 	}
+	if sc, ok := c.raw.(syscall.Conn); ok && canReadWire && !p.IgnoreKernel {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.wire = newWire(rc)
+		}
+	}
 	c.read.r = nc
 	return c, nil
 }
@@ -143,6 +151,12 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body []byte, f 
 	if len(body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	// What the kernel had received before the write: nothing after it can
+	// be an answer that came before the request.
+	base, _, counted := uint64(0), time.Duration(0), false
+	if c.wire != nil {
+		base, _, counted = c.wire.received()
+	}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.nc)
 	err = req.Write(bw)
@@ -153,6 +167,9 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body []byte, f 
 	writers.Put(bw)
 	if err != nil {
 		return answer{}, false, err
+	}
+	if counted {
+		f.mark(c.wire, base)
 	}
 	f.wrote.Store(true)
 	br := readers.Get().(*bufio.Reader)
@@ -187,7 +204,15 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, body []byte, f 
 		b = b[:maxBody]
 	}
 	c.reused = true
-	return answer{code: resp.StatusCode, body: b}, whole && !resp.Close, nil
+	a = answer{code: resp.StatusCode, body: b}
+	if c.wire != nil {
+		// The kernel's time of the last byte, rounded up: an answer read
+		// late (the controller starved) may still have come in time.
+		if _, ago, ok := c.wire.received(); ok {
+			a.arrived = time.Now().Add(wireSlack - ago)
+		}
+	}
+	return a, whole && !resp.Close, nil
 }
 
 // take returns an idle connection of d that is still open, or nil.

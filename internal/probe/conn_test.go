@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
 )
 
 // Steady probes of many destinations reuse one connection each and keep no

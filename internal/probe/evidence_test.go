@@ -2,7 +2,9 @@ package probe_test
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,6 +72,18 @@ func TestStarvedTimeoutsAreDiscarded(t *testing.T) {
 	}
 }
 
+// hangs is a webhook that answers nothing until the test ends.
+func hangs(t *testing.T) http.Handler {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+}
+
 // slowOnce answers every request at once except the n-th, which takes d.
 func slowOnce(n int64, d time.Duration) (http.Handler, *atomic.Int64) {
 	var count atomic.Int64
@@ -126,14 +140,7 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 	if worst, unhealthy := watchVerdicts(t, urlTarget(srv, "/healthz"), interval, 5*time.Second); unhealthy || worst > 1 {
 		t.Errorf("one 2.5 s answer among fast ones (%d requests): %d consecutive failures, Unhealthy %v; want at most 1, never Unhealthy", count.Load(), worst, unhealthy)
 	}
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	hung, _ := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
+	hung, _ := countingServer(t, hangs(t))
 	// First probe within an interval (jitter), then three failures.
 	if _, unhealthy := watchVerdicts(t, urlTarget(hung, "/healthz"), interval, 7*time.Second); !unhealthy {
 		t.Errorf("a webhook that hangs every request was not judged Unhealthy within 7 s")
@@ -146,13 +153,44 @@ func TestOneSlowAnswerDoesNotOpen(t *testing.T) {
 type throttled struct {
 	run, period time.Duration
 	queue       time.Duration // the run queue's latency
+	// real, when set, adds what the process's own heartbeat saw: see
+	// TestTimeoutsAreConfirmed.
+	real *stall.Watch
 }
 
-func (c throttled) QueueWait() time.Duration { return c.queue }
+func (c throttled) QueueWait() time.Duration { return max(c.queue, c.real.QueueWait()) }
+
+// Ran: some running stretch of at least d within [from, to] (each stretch
+// of the pattern is separate: a pause follows it), where the real
+// heartbeat, if any, saw no pause either.
+func (c throttled) Ran(from, to time.Time, d time.Duration) bool {
+	switch {
+	case c.period == 0:
+		return c.real.Ran(from, to, d)
+	case c.run == 0:
+		return false
+	}
+	for t := from; !t.After(to); {
+		phase := time.Duration(t.UnixNano()) % c.period
+		if phase >= c.run { // paused until the next period
+			t = t.Add(c.period - phase)
+			continue
+		}
+		end := t.Add(c.run - phase)
+		if end.After(to) {
+			end = to
+		}
+		if end.Sub(t) >= d && c.real.Ran(t, end, d) {
+			return true
+		}
+		t = end.Add(c.period - c.run)
+	}
+	return false
+}
 
 func (c throttled) Paused(from, to time.Time) time.Duration {
 	if c.period == 0 {
-		return 0
+		return c.real.Paused(from, to)
 	}
 	if c.run == 0 {
 		return to.Sub(from)
@@ -171,55 +209,67 @@ func (c throttled) Paused(from, to time.Time) time.Duration {
 		paused += end.Sub(t)
 		t = end
 	}
-	return paused
+	return min(paused+c.real.Paused(from, to), to.Sub(from))
 }
 
 // TestTimeoutsAreConfirmed: a timeout counts only when the webhook had its
 // whole timeout and the controller then ran, without a pause, long enough
 // to have read an answer that was there: 5 ms, and twice its run queue's
 // latency. A throttled controller whose run queue is short still judges a
-// hung webhook down (it waits past the deadline for a running stretch),
+// hung webhook down (any running stretch since the deadline proves it),
 // where a rule on the share of the window it lost would discard every such
 // timeout. One that could not run since, or whose run queue outlasts its
 // running stretches (what a throttled period leaves), says nothing; an
 // answer read just after the deadline is a timeout when the controller had
-// been running long enough, and no evidence when it had not.
+// been running long enough, and no evidence when it had not; one read in
+// time is an answer, however late the context's timer runs.
+//
+// Where the verdict hinges on when an answer was read (realMeter), the
+// meter also holds what the process's own heartbeat saw: a busy machine
+// delays the read, and a meter that claims the process ran all along turns
+// the late read into a confirmed late answer. On a loaded machine that
+// claim was the test's flake (the real heartbeat saw 47–233 ms of pauses
+// in the probes that failed, the fake none); TestInTimeAnswersAreNeverTimeouts
+// holds the rule itself on the real meter.
 func TestTimeoutsAreConfirmed(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	hung := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	hung := hangs(t)
 	late := healthz(timeout+30*time.Millisecond, http.StatusOK)
 	fast := healthz(0, http.StatusOK)
 	ms := time.Millisecond
 	for _, tc := range []struct {
-		name    string
-		meter   throttled
-		handler http.Handler
-		want    probe.Status
-		discard probe.Discard
+		name      string
+		meter     throttled
+		handler   http.Handler
+		realMeter bool
+		want      probe.Status
+		discard   probe.Discard
 	}{
-		{"hung, the controller running", throttled{}, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled to a fifth", throttled{run: 20 * ms, period: 100 * ms}, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled to a tenth", throttled{run: 10 * ms, period: 100 * ms}, hung, probe.Unhealthy, ""},
-		{"hung, the controller not running since", throttled{period: 100 * ms}, hung, probe.Discarded, probe.DiscardStarved},
-		{"answered just late, the controller running", throttled{}, late, probe.Unhealthy, ""},
-		{"answered just late, the controller not running", throttled{period: 100 * ms}, late, probe.Discarded, probe.DiscardStarved},
-		{"answered at once, the controller paused since", throttled{period: 100 * ms}, fast, probe.Healthy, ""},
-		{"hung, the controller running with a long run queue", throttled{queue: 30 * ms}, hung, probe.Unhealthy, ""},
-		{"hung, the controller throttled with the run queue its pauses leave", throttled{run: 20 * ms, period: 100 * ms, queue: 80 * ms}, hung, probe.Discarded, probe.DiscardStarved},
-		{"answered just late, the controller running with a long run queue", throttled{queue: 30 * ms}, late, probe.Discarded, probe.DiscardStarved},
+		{"hung, the controller running", throttled{}, hung, false, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a fifth", throttled{run: 20 * ms, period: 100 * ms}, hung, false, probe.Unhealthy, ""},
+		{"hung, the controller throttled to a tenth", throttled{run: 10 * ms, period: 100 * ms}, hung, false, probe.Unhealthy, ""},
+		{"hung, the controller not running since", throttled{period: 100 * ms}, hung, false, probe.Discarded, probe.DiscardStarved},
+		{"answered just late, the controller running", throttled{}, late, false, probe.Unhealthy, ""},
+		{"answered just late, the controller not running", throttled{period: 100 * ms}, late, false, probe.Discarded, probe.DiscardStarved},
+		{"answered at once, the controller paused since", throttled{period: 100 * ms}, fast, false, probe.Healthy, ""},
+		{"hung, the controller running with a long run queue", throttled{queue: 30 * ms}, hung, false, probe.Unhealthy, ""},
+		{"hung, the controller throttled with the run queue its pauses leave", throttled{run: 20 * ms, period: 100 * ms, queue: 80 * ms}, hung, false, probe.Discarded, probe.DiscardStarved},
+		{"answered just late, the controller running with a long run queue", throttled{queue: 30 * ms}, late, true, probe.Discarded, probe.DiscardStarved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _ := countingServer(t, tc.handler)
 			tgt := urlTarget(srv, "/healthz")
 			tgt.Timeout = timeout
-			r := (&probe.HTTPProber{Pauses: tc.meter}).Probe(t.Context(), tgt)
+			meter := tc.meter
+			if tc.realMeter {
+				meter.real = stall.New(stall.Options{CPUStat: "-"})
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				go func() { _ = meter.real.Start(ctx) }()
+			}
+			// The timing rule alone: TestTheKernelsSilenceIsATimeout has what
+			// the kernel adds.
+			r := probe.WithoutWire(&probe.HTTPProber{Pauses: meter}).Probe(t.Context(), tgt)
 			if r.Status != tc.want || r.Discard != tc.discard {
 				t.Fatalf("%s/%s %q, want %s/%s", r.Status, r.Discard, r.Reason, tc.want, tc.discard)
 			}
@@ -239,14 +289,7 @@ func TestTimeoutsAreConfirmed(t *testing.T) {
 // own breaker, so every breaker reaches its three failures in three
 // probes, as if each had a connection of its own.
 func TestBreakersSharingAHungDestinationEachCountIt(t *testing.T) {
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	srv, handshakes := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
+	srv, handshakes := countingServer(t, hangs(t))
 	p := &probe.HTTPProber{}
 	failures := map[string]int{}
 	for range 3 {
@@ -267,5 +310,148 @@ func TestBreakersSharingAHungDestinationEachCountIt(t *testing.T) {
 	// request held ten timeouts, 500 ms, is given up).
 	if n := handshakes.Load(); n > 4 {
 		t.Errorf("%d handshakes, want the destination's two connections, renewed at most once each", n)
+	}
+}
+
+// lateTimer is a context whose deadline passes well before its Done fires:
+// a context's timer that runs late, as on a busy machine.
+type lateTimer struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateTimer) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// TestAnAnswerAfterTheDeadlineIsLateHoweverLateTheTimer: an answer read
+// after the probe's deadline is judged late by the clock, not by whether
+// the context's timer has fired yet. Before, a 230 ms answer to a 200 ms
+// probe read while the timer lagged was judged Healthy (seen in loaded runs
+// of TestTimeoutsAreConfirmed).
+func TestAnAnswerAfterTheDeadlineIsLateHoweverLateTheTimer(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	srv, _ := countingServer(t, healthz(timeout+30*time.Millisecond, http.StatusOK))
+	tgt := urlTarget(srv, "/healthz")
+	tgt.Timeout = timeout
+	late, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	ctx := lateTimer{Context: late, deadline: time.Now().Add(timeout)}
+	r := probe.WithoutWire(&probe.HTTPProber{}).Probe(ctx, tgt)
+	if r.Status != probe.Unhealthy || !strings.Contains(r.Reason, "late") {
+		t.Fatalf("an answer 30 ms after the deadline, the timer not fired: %s %q, want Unhealthy, answered late", r.Status, r.Reason)
+	}
+}
+
+// slowReader is a connection whose reads of the answer to the second
+// request wait until release: the answer is in the kernel, the prober's
+// reader has not run (what a starved controller looks like from inside).
+type slowReader struct {
+	*net.TCPConn
+	writes  atomic.Int32
+	armed   *atomic.Bool
+	release time.Duration
+}
+
+func (c *slowReader) Write(b []byte) (int, error) {
+	if c.armed.Load() {
+		c.writes.Add(1)
+	}
+	return c.TCPConn.Write(b)
+}
+
+func (c *slowReader) Read(b []byte) (int, error) {
+	if c.writes.Load() > 0 {
+		time.Sleep(c.release)
+	}
+	return c.TCPConn.Read(b)
+}
+
+// TestTheKernelsSilenceIsATimeout: where the kernel says what a connection
+// received, a webhook that sent nothing within its timeout timed out,
+// whether or not the controller ran since (a controller throttled to no
+// CPU at all still confirms it at its first look); and an answer that
+// reached the kernel in time is an answer however late the controller,
+// not running, read it. Without the kernel's word both are no evidence
+// (Discarded): the starved controller cannot tell.
+func TestTheKernelsSilenceIsATimeout(t *testing.T) {
+	if !probe.CanReadWire {
+		t.Skip("the kernel's counts of received bytes are read on Linux only")
+	}
+	const timeout = 200 * time.Millisecond
+	hung, _ := countingServer(t, hangs(t))
+	never := throttled{period: 100 * time.Millisecond} // never runs again
+	tgt := urlTarget(hung, "/healthz")
+	tgt.Timeout = timeout
+	if r := (&probe.HTTPProber{Pauses: never}).Probe(t.Context(), tgt); r.Status != probe.Unhealthy || !strings.Contains(r.Reason, "nothing received") {
+		t.Errorf("a hung webhook, the controller not running: %s/%s %q, want Unhealthy, nothing received", r.Status, r.Discard, r.Reason)
+	}
+	if r := probe.WithoutWire(&probe.HTTPProber{Pauses: never}).Probe(t.Context(), tgt); r.Status != probe.Discarded {
+		t.Errorf("the same without the kernel's word: %s %q, want Discarded", r.Status, r.Reason)
+	}
+
+	// Answered at 50 ms, read at 400 ms by a controller that did not run.
+	srv, _ := countingServer(t, healthz(50*time.Millisecond, http.StatusOK))
+	for _, wire := range []bool{true, false} {
+		var armed atomic.Bool
+		p := &probe.HTTPProber{Pauses: never, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &slowReader{TCPConn: c.(*net.TCPConn), armed: &armed, release: 400 * time.Millisecond}, nil
+		}}
+		if !wire {
+			p = probe.WithoutWire(p)
+		}
+		tgt := urlTarget(srv, "/healthz")
+		tgt.Timeout = timeout
+		if r := p.Probe(t.Context(), tgt); r.Status != probe.Healthy {
+			t.Fatalf("first probe (the connection made): %s %q", r.Status, r.Reason)
+		}
+		armed.Store(true)
+		r := p.Probe(t.Context(), tgt)
+		switch {
+		case wire && r.Status != probe.Healthy:
+			t.Errorf("answered at 50 ms, read at 400 ms: %s %q, want Healthy (it reached the kernel in time)", r.Status, r.Reason)
+		case !wire && r.Status != probe.Discarded:
+			t.Errorf("the same without the kernel's word: %s %q, want Discarded (read late, the controller not running)", r.Status, r.Reason)
+		}
+	}
+}
+
+// TestABlockedProbeCountsConfirmedSilence: a probe that finds its
+// destination's connections held by unanswered requests counts their
+// silence; where the kernel says nothing was received on them since they
+// were written, that silence is confirmed (not left for the monitor to
+// discard when the controller stalled, as a starved controller always has),
+// so a hung webhook shared by breakers opens each of them however starved
+// the controller.
+func TestABlockedProbeCountsConfirmedSilence(t *testing.T) {
+	if !probe.CanReadWire {
+		t.Skip("the kernel's counts of received bytes are read on Linux only")
+	}
+	srv, _ := countingServer(t, hangs(t))
+	for _, wire := range []bool{true, false} {
+		p := &probe.HTTPProber{}
+		if !wire {
+			p = probe.WithoutWire(p)
+		}
+		blocked := 0
+		for range 2 {
+			for _, key := range []string{"w0", "w1", "w2", "w3"} {
+				tgt := urlTarget(srv, "/healthz")
+				tgt.Timeout, tgt.Key = 50*time.Millisecond, key
+				r := p.Probe(t.Context(), tgt)
+				if r.Status != probe.Unhealthy || !strings.Contains(r.Reason, "still unanswered") {
+					continue
+				}
+				blocked++
+				if confirmed := !r.TimedOut; confirmed != wire {
+					t.Errorf("kernel's word %v: a blocked probe's count confirmed %v, want %v (%q)", wire, confirmed, wire, r.Reason)
+				}
+			}
+		}
+		if blocked == 0 {
+			t.Errorf("kernel's word %v: no probe was blocked behind the held requests", wire)
+		}
 	}
 }

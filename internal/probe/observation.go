@@ -110,13 +110,20 @@ func observe(o Observation, r Result, s Settings) Observation {
 	return o
 }
 
-// verdictOf adds the counts up against the thresholds. A threshold under
-// one is a settings bug, never a verdict.
+// verdictOf is o's verdict under s's thresholds.
 func verdictOf(o Observation, s Settings) Verdict {
+	return VerdictOf(o.ConsecutiveFailures, o.ConsecutiveSuccesses, s.FailureThreshold, s.SuccessThreshold)
+}
+
+// VerdictOf adds consecutive failures and successes up against their
+// thresholds: the one rule by which probe counts become "down" or "up",
+// for the monitor's observations and for the counts a status shows. A
+// threshold under one is a settings bug, never a verdict.
+func VerdictOf(failures, successes, failureThreshold, successThreshold int32) Verdict {
 	switch {
-	case s.FailureThreshold > 0 && o.ConsecutiveFailures >= s.FailureThreshold:
+	case failureThreshold > 0 && failures >= failureThreshold:
 		return VerdictUnhealthy
-	case s.SuccessThreshold > 0 && o.ConsecutiveSuccesses >= s.SuccessThreshold:
+	case successThreshold > 0 && successes >= successThreshold:
 		return VerdictHealthy
 	}
 	return VerdictPending

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,13 +107,32 @@ func LabelValue(webhook string) string {
 	return prefix + "-" + hex.EncodeToString(sum[:4])
 }
 
-// patchFor builds the item's patch from its finding; nil: nothing to do.
+// patchFor builds the item's patch from its finding; nil: nothing to do. A
+// reapply ends with the operation that records the repair (RepairedKey),
+// so the object carries it exactly when the repair was written.
 func (r *Remediator) patchFor(it *Item) ([]byte, error) {
 	f := it.finding
 	if it.Action == Label {
 		return LabelPatch(f.Object().GetLabels(), LabelValue(r.Webhook.Name), f.ResourceVersion)
 	}
-	return ReapplyPatch(f.Patch, f.ResourceVersion)
+	patch, err := ReapplyPatch(f.Patch, f.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	rep := Repair{Window: r.window.From.Truncate(time.Second).UTC(), UID: f.Object().GetUID(), From: f.ResourceVersion, At: r.Now().Truncate(time.Second).UTC()}
+	op, err := repairOp(f.Object(), f.Patch, r.webhookKey(), rep)
+	if err != nil {
+		return nil, err
+	}
+	var ops []json.RawMessage
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return nil, err
+	}
+	last, err := json.Marshal(op)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(append(ops, last))
 }
 
 // want is the verdict an item's action needs.
@@ -143,10 +163,16 @@ func (r *Remediator) change(ctx context.Context, it *Item, dryRun bool) error {
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
-		_, err = r.Dynamic.Resource(f.GroupVersionResource()).Namespace(f.Namespace).Patch(ctx, f.Name, types.JSONPatchType, patch, opts)
+		obj, err := r.Dynamic.Resource(f.GroupVersionResource()).Namespace(f.Namespace).Patch(ctx, f.Name, types.JSONPatchType, patch, opts)
 		switch {
+		case err == nil && it.Action == Reapply && !changes(f.Object(), obj):
+			// The API server's answer, dry run or not, is the object as
+			// stored: the webhook's patch (an add of what is there, a patch
+			// pruned by the schema) leaves it as it was.
+			it.Outcome, it.Message, it.Patch = Current, "the webhook's patch changes nothing on the object as the API server stores it: nothing to repair", ""
+			return nil
 		case err == nil:
-			r.done(it, dryRun)
+			r.done(it, dryRun, obj.GetResourceVersion())
 			return nil
 		case apierrors.IsNotFound(err):
 			it.Outcome, it.Message = Current, "deleted since its review"
@@ -157,6 +183,9 @@ func (r *Remediator) change(ctx context.Context, it *Item, dryRun bool) error {
 			}
 		case apierrors.IsConflict(err):
 			r.fail(it, dryRun, fmt.Sprintf("changed %d times while being remediated: %v", attempt, err))
+			return nil
+		case deniedBy(err, r.Webhook.Name):
+			r.mark(it, err)
 			return nil
 		default:
 			if err := stop(err, verb, f.Resource, f.Namespace); err != nil {
@@ -187,7 +216,11 @@ func (r *Remediator) rereview(ctx context.Context, it *Item) (done bool, err err
 		it.Outcome, it.Message = Failed, err.Error()
 		return true, nil
 	}
-	it.Verdict = f.Verdict
+	it.Verdict, it.UID = f.Verdict, f.Object().GetUID()
+	if f.Verdict == audit.WouldMutate && it.Action == Reapply && r.skipRepaired(it) {
+		// Repaired meanwhile by another run (the controller's, an operator's).
+		return true, nil
+	}
 	if f.Verdict != want(it.Action) {
 		it.Outcome, it.Message, it.Patch = Current, fmt.Sprintf("changed since its review; re-reviewed: %s", f.Verdict), ""
 		if f.Verdict == audit.NotChecked || f.Verdict == audit.NotReviewed {
@@ -198,21 +231,65 @@ func (r *Remediator) rereview(ctx context.Context, it *Item) (done bool, err err
 	return false, nil
 }
 
-func (r *Remediator) done(it *Item, dryRun bool) {
+// done records a change the API server accepted; rv is the object's
+// resourceVersion after it.
+func (r *Remediator) done(it *Item, dryRun bool, rv string) {
 	if dryRun {
 		if !r.Apply {
 			it.Outcome = map[Action]Outcome{Reapply: WouldRemediate, Label: WouldLabel, Roll: WouldRoll}[it.Action]
 		}
 		return
 	}
+	it.ResourceVersion = rv
 	switch it.Action {
 	case Reapply:
 		it.Outcome = Remediated
-		r.event(it, "Normal", "Remediated", "re-applied the patch of webhook %s, which was skipped while its circuit was open", r.Webhook.Name)
+		r.event(it, "Normal", "Remediated", "re-applied the patch of webhook %s, which was skipped while its circuit was open (resourceVersion %s to %s)", r.Webhook.Name, it.finding.ResourceVersion, rv)
 	case Label:
 		it.Outcome = Labelled
 		r.event(it, "Warning", "AdmittedWithout", "admitted while webhook %s was skipped; it objects now (%s): labelled %s", r.Webhook.Name, it.Message, LabelKey)
 	}
+}
+
+// deniedBy reports whether err is the API server's answer that admission
+// webhook name denied the request: a status of 400 or more whose message
+// the API server begins with `admission webhook "<name>" denied the
+// request` (k8s.io/apiserver's webhook errors.ToStatusErr). A webhook that
+// failed, timed out, or another webhook's or policy's denial is not.
+func deniedBy(err error, name string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	s := status.Status()
+	return s.Code >= 400 && strings.HasPrefix(s.Message, fmt.Sprintf("admission webhook %q denied the request", name))
+}
+
+// mark records an item whose update the recovered webhook denied: the
+// webhook denies any update of the object, so no label and no re-applied
+// patch can be written to it. It is marked where the webhook cannot block
+// it: an event on the object (events are not what it reviews), the
+// window's audit record and the report.
+func (r *Remediator) mark(it *Item, denial error) {
+	what, undone := "the repair", "not repaired"
+	if it.Action == Label {
+		what, undone = "the label "+LabelKey, "not labelled"
+	}
+	why := fmt.Sprintf("%s: %s is an update, and webhook %s reviews updates of this object too and denies them (%v)", undone, what, r.Webhook.Name, denial)
+	it.Patch = ""
+	if !r.Apply {
+		it.Outcome, it.Message = WouldMark, why+"; --apply marks it instead with an AdmittedWithout event on it and in the window's audit record"
+		return
+	}
+	// Denied in the dry run of an apply, the real update would be too: it
+	// is not sent.
+	it.Outcome, it.Message = Marked, why+"; marked instead with an AdmittedWithout event on it and in the window's audit record"
+	note := "admitted while webhook %s was skipped; it objects now (%s), and it denies the label too, an update: fix or delete it"
+	arg := it.finding.Message
+	if it.Action == Reapply {
+		note, arg = "admitted without webhook %s's mutation while its circuit was open; the webhook denies the update that would re-apply it (%s): recreate it through the webhook", denial.Error()
+	}
+	r.event(it, "Warning", "AdmittedWithout", note, r.Webhook.Name, arg)
 }
 
 func (r *Remediator) fail(it *Item, dryRun bool, msg string) {

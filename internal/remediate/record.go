@@ -15,11 +15,29 @@ import (
 
 // Result is the report's counts for the window's audit status.
 func (rep *Report) Result(by string, at metav1.Time) *v1alpha1.RemediationResult {
-	return &v1alpha1.RemediationResult{
+	res := &v1alpha1.RemediationResult{
 		By: by, CompletedAt: at,
 		Remediated: int32(rep.Counts[Remediated]), Rolled: int32(rep.Counts[Rolled]), Labelled: int32(rep.Counts[Labelled]),
+		Marked: int32(rep.Counts[Marked]), Current: int32(rep.Counts[Current]),
 		Refused: int32(rep.Counts[Refused]), Failed: int32(rep.Counts[Failed]), Message: rep.Stopped,
 	}
+	for _, it := range rep.Items {
+		if it.Outcome == Marked && len(res.MarkedObjects) < maxMarkedObjects {
+			res.MarkedObjects = append(res.MarkedObjects, it.Kind+" "+it.Object())
+		}
+	}
+	return res
+}
+
+// maxMarkedObjects is the status's markedObjects limit (its CRD's maxItems).
+const maxMarkedObjects = 10
+
+// Object is the item's "namespace/name", or its name when cluster-scoped.
+func (it *Item) Object() string {
+	if it.Namespace == "" {
+		return it.Name
+	}
+	return it.Namespace + "/" + it.Name
 }
 
 // RecordStatus writes a remediation's result into the window of breaker
@@ -64,12 +82,12 @@ func (r *Remediator) summarize(rep *Report) {
 	}
 	c := rep.Counts
 	kind, reason := "Normal", "Remediated"
-	if c[Failed]+c[Refused] > 0 || rep.Stopped != "" {
+	if c[Failed]+c[Refused]+c[Marked] > 0 || rep.Stopped != "" {
 		kind, reason = "Warning", "RemediationIncomplete"
 	}
-	note := fmt.Sprintf("after the window %s to %s: %d patched, %d rolled, %d labelled, %d listed, %d refused, %d failed",
+	note := fmt.Sprintf("after the window %s to %s: %d patched, %d rolled, %d labelled, %d marked (the webhook denies their update), %d listed, %d current, %d refused, %d failed",
 		rep.Window.From.UTC().Format("2006-01-02T15:04:05Z"), rep.Window.To.UTC().Format("2006-01-02T15:04:05Z"),
-		c[Remediated], c[Rolled], c[Labelled], c[Listed], c[Refused], c[Failed])
+		c[Remediated], c[Rolled], c[Labelled], c[Marked], c[Listed], c[Current], c[Refused], c[Failed])
 	if rep.Stopped != "" {
 		note += "; " + rep.Stopped
 	}

@@ -37,26 +37,35 @@ const (
 // Outcome is what became of one object.
 type Outcome string
 
-// Outcomes. The first five are the counts in the window's audit status.
+// Outcomes. The first seven are the counts in the window's audit status.
 const (
 	Remediated Outcome = "Remediated"
 	Rolled     Outcome = "Rolled"
 	Labelled   Outcome = "Labelled"
+	// Marked: the recovered webhook denies any update of the object, so the
+	// label or the re-applied patch, itself an update, cannot be written.
+	// The object is marked where the webhook cannot block it: an
+	// AdmittedWithout event on it, the window's audit record, the report.
+	// A designed limit, not a failure.
+	Marked Outcome = "Marked"
 	// Refused: tripswitch would not act (a safety rule, a bare Pod, a
 	// disruption budget that never allowed the eviction).
 	Refused Outcome = "Refused"
 	// Failed: the API server would not make the change; Message is its reason.
 	Failed Outcome = "Failed"
+	// Current: nothing left to do (already repaired in this window, a patch
+	// that changes nothing, re-reviewed after a change and clean, already
+	// labelled, deleted since).
+	Current Outcome = "Current"
 	// WouldRemediate, WouldRoll, WouldLabel: a dry run's answer, the API
-	// server's dry run having accepted the change.
+	// server's dry run having accepted the change; WouldMark: the webhook
+	// denied it in the dry run.
 	WouldRemediate Outcome = "WouldRemediate"
 	WouldRoll      Outcome = "WouldRoll"
 	WouldLabel     Outcome = "WouldLabel"
+	WouldMark      Outcome = "WouldMark"
 	// Listed: an objected-to object reported without a label.
 	Listed Outcome = "Listed"
-	// Current: nothing left to do (re-reviewed after a change and clean,
-	// already labelled, deleted since).
-	Current Outcome = "Current"
 	// NotDone: the run stopped before this object's turn.
 	NotDone Outcome = "NotDone"
 )
@@ -71,6 +80,7 @@ type Item struct {
 	Resource  string        `json:"resource"`
 	Namespace string        `json:"namespace,omitempty"`
 	Name      string        `json:"name"`
+	UID       types.UID     `json:"uid,omitempty"`
 	Verdict   audit.Verdict `json:"verdict"`
 	Action    Action        `json:"action"`
 	Outcome   Outcome       `json:"outcome"`
@@ -78,11 +88,26 @@ type Item struct {
 	Owner string `json:"owner,omitempty"`
 	// Patch is the JSON patch sent (a reapply or a label), precondition included.
 	Patch string `json:"patch,omitempty"`
+	// ResourceVersion is the object's after the change, when it was changed.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Repaired is the webhook's repair of this window found on the object
+	// (RepairedKey): why it is Current and not repaired again.
+	Repaired *Repair `json:"repaired,omitempty"`
 	// Message is the API server's or the webhook's reason, or why nothing was done.
 	Message string `json:"message,omitempty"`
 
 	finding *audit.Finding
 	owner   types.UID
+}
+
+// Review is the review the item's reapply comes from: the webhook's JSON
+// patch and the resourceVersion it was made for (the precondition). Empty
+// on a decoded report, and for other actions.
+func (it *Item) Review() (patch, resourceVersion string) {
+	if it.finding == nil || it.Action != Reapply {
+		return "", ""
+	}
+	return it.finding.Patch, it.finding.ResourceVersion
 }
 
 // Report is one remediation of one window.
@@ -147,6 +172,8 @@ type Remediator struct {
 	Options
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+
+	window audit.Window // of the running remediation
 }
 
 // AuthorizationError is the first forbidden answer: the run stopped there.
@@ -200,6 +227,7 @@ func (e errStop) Error() string { return e.err.Error() }
 // *AuthorizationError, or the Check's error, stopped the run there.
 func (r *Remediator) Run(ctx context.Context, a *audit.Report) (*Report, error) {
 	r.defaults()
+	r.window = a.Window
 	rep := &Report{Webhook: a.Webhook, Window: a.Window, DryRun: !r.Apply, Started: r.Now(), Counts: map[Outcome]int{}}
 	for i := range a.Findings {
 		if it, ok := r.plan(&a.Findings[i]); ok {
@@ -267,6 +295,9 @@ func (r *Remediator) check(ctx context.Context) error {
 // plan decides the action for one finding; false: nothing to report.
 func (r *Remediator) plan(f *audit.Finding) (Item, bool) {
 	it := Item{Kind: f.Kind, Resource: f.Resource, Namespace: f.Namespace, Name: f.Name, Verdict: f.Verdict, finding: f}
+	if o := f.Object(); o != nil {
+		it.UID = o.GetUID()
+	}
 	skip := func(msg string) (Item, bool) {
 		it.Action, it.Outcome, it.Message = Skip, Refused, msg
 		return it, true
@@ -295,6 +326,7 @@ func (r *Remediator) plan(f *audit.Finding) (Item, bool) {
 	}
 	if f.Resource != "pods" {
 		it.Action = Reapply
+		r.skipRepaired(&it)
 		return it, true
 	}
 	owner, kind, ok, why := rollable(f.Object())
@@ -309,10 +341,25 @@ func (r *Remediator) plan(f *audit.Finding) (Item, bool) {
 	return it, true
 }
 
+// webhookKey names the webhook in RepairedKey.
+func (r *Remediator) webhookKey() string { return r.Webhook.Configuration + "/" + r.Webhook.Name }
+
+// skipRepaired makes a reapply of an object the webhook's repair of this
+// window is already on Current; true if it did.
+func (r *Remediator) skipRepaired(it *Item) bool {
+	rep, ok := repairedFor(it.finding.Object(), r.webhookKey(), r.window.From)
+	if ok {
+		it.Outcome, it.Message, it.Patch, it.Repaired = Current, alreadyRepaired(rep, r.window.From), "", &rep
+	}
+	return ok
+}
+
 // dryRun sends the item's change with dryRun=All and records a refusal.
 func (r *Remediator) dryRun(ctx context.Context, it *Item) error {
-	switch it.Action {
-	case Reapply, Label, Roll:
+	switch {
+	case it.Outcome != "": // decided by the plan: already repaired
+		return nil
+	case it.Action == Reapply, it.Action == Label, it.Action == Roll:
 	default:
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -31,10 +33,10 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/audit"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/defaulthook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/defaulthook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/remediate"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 var (
@@ -83,11 +85,21 @@ type bed struct {
 	window audit.Window
 }
 
-// newBed makes a namespace the webhook (path /mutate or /validate) covers;
-// create the window's objects, then call closeWindow.
-func newBed(t *testing.T, ns, path string) *bed {
+// beds counts the beds made of each name: go test -count N makes each a
+// namespace of its own on the package's one control plane.
+var beds = map[string]int{}
+
+// newBed makes a namespace named after name that the webhook (path /mutate
+// or /validate) covers; create the window's objects, then call
+// closeWindow.
+func newBed(t *testing.T, name, path string) *bed {
 	t.Helper()
 	start(t)
+	beds[name]++
+	ns := name
+	if n := beds[name]; n > 1 {
+		ns = fmt.Sprintf("%s-%d", name, n)
+	}
 	b := &bed{t: t, ctx: t.Context(), c: env.Client, ns: ns}
 	if err := b.c.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"remediate-test": ns}}}); err != nil {
 		t.Fatal(err)
@@ -356,11 +368,11 @@ func TestAuthorizationErrorStops(t *testing.T) {
 	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b"}})
 	b.closeWindow()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "audit-only"}, Rules: []rbacv1.PolicyRule{
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "audit-only-" + b.ns}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "pods", "namespaces"}, Verbs: []string{"get", "list"}},
 	}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "audit-only"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "audit-only"},
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "User", Name: "auditor", APIGroup: "rbac.authorization.k8s.io"}}}
 	for _, o := range []client.Object{role, binding} {
 		if err := b.c.Create(b.ctx, o); err != nil {
@@ -377,11 +389,11 @@ func TestAuthorizationErrorStops(t *testing.T) {
 	rvs := []string{b.configMap("a").ResourceVersion, b.configMap("b").ResourceVersion}
 	rep, err := b.remediator(cfg, a, remediate.Options{Apply: true}).Run(b.ctx, report)
 	var authz *remediate.AuthorizationError
-	if !errors.As(err, &authz) || authz.Verb != "patch" || authz.Resource != "configmaps" || authz.Namespace != "limited" {
-		t.Fatalf("got %v, want an authorization error for patch on configmaps in limited", err)
+	if !errors.As(err, &authz) || authz.Verb != "patch" || authz.Resource != "configmaps" || authz.Namespace != b.ns {
+		t.Fatalf("got %v, want an authorization error for patch on configmaps in %s", err, b.ns)
 	}
 	t.Logf("the error: %v", err)
-	for _, want := range []string{"refused patch on configmaps in namespace limited", "remediation.resources", "config/remediation"} {
+	for _, want := range []string{"refused patch on configmaps in namespace " + b.ns, "remediation.resources", "config/remediation"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error %q does not say %q", err, want)
 		}
@@ -593,4 +605,274 @@ func retryConflict(f func() error) error {
 			return err
 		}
 	}
+}
+
+// recorder keeps the events a remediation records, as "Kind/name Reason".
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) Eventf(regarding, _ runtime.Object, _, reason, _, _ string, _ ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, _ := regarding.(client.Object)
+	r.got = append(r.got, regarding.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()+" "+reason)
+}
+
+func (r *recorder) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(slices.Values(r.got))
+}
+
+// register makes the bed's webhook a configuration the API server calls (a
+// URL webhook for the bed's namespace, for ops), named after the test.
+func (b *bed) register(path string, ops ...admissionregistrationv1.OperationType) {
+	b.t.Helper()
+	b.wh.Configuration, b.wh.Name = b.ns, b.ns+".example.com"
+	b.wh.ClientConfig.URL = ptr.To(hook.URL + path)
+	b.wh.Rules = slices.Clone(b.wh.Rules)
+	b.wh.Rules[0].Operations = ops
+	registerHook(b, b.wh)
+}
+
+// registerHook creates wh's configuration, removed when the test ends, and
+// waits until the API server's admission calls it.
+func registerHook(b *bed, wh circuit.Webhook) {
+	b.t.Helper()
+	var cfg client.Object
+	if wh.Kind == v1alpha1.MutatingWebhookConfiguration {
+		cfg = &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: wh.Configuration},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: wh.Name, ClientConfig: wh.ClientConfig, Rules: wh.Rules,
+				NamespaceSelector: wh.NamespaceSelector, SideEffects: wh.SideEffects, TimeoutSeconds: wh.TimeoutSeconds, AdmissionReviewVersions: wh.ReviewVersions}}}
+	} else {
+		cfg = &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: wh.Configuration},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: wh.Name, ClientConfig: wh.ClientConfig, Rules: wh.Rules,
+				NamespaceSelector: wh.NamespaceSelector, SideEffects: wh.SideEffects, TimeoutSeconds: wh.TimeoutSeconds, AdmissionReviewVersions: wh.ReviewVersions}}}
+	}
+	if err := b.c.Create(b.ctx, cfg); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cfg) })
+	for i := 0; ; i++ {
+		n := hook.Reviews.Load()
+		canary := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "canary-", Namespace: b.ns}}
+		if err := b.c.Create(b.ctx, canary); err == nil {
+			_ = b.c.Delete(b.ctx, canary)
+		}
+		if hook.Reviews.Load() > n {
+			return
+		}
+		if i == 100 {
+			b.t.Fatalf("the API server does not call webhook %s", wh.Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// afterWindow waits until an object created now is outside the window:
+// the audit widens it to the end of its last second, and a
+// creationTimestamp is the start of its second.
+func (b *bed) afterWindow() {
+	time.Sleep(time.Until(b.window.To.Truncate(time.Second).Add(2 * time.Second)))
+}
+
+// TestWebhookThatIsNotIdempotentRepairedOnce: a webhook like the
+// Kubernetes conformance suite's ConfigMap mutator, which adds
+// mutation-stage-1 and, to a ConfigMap that has it, mutation-stage-2,
+// registered for CREATE as the suite does. What the window admitted is
+// repaired once: three runs remediate 2, 0 and 0 objects, each equal after
+// every run to a twin created through the webhook (stage 1, never stage
+// 2), with one event each, and a dry run after them has nothing to do. A
+// patch that changes nothing (stage 2 added to a ConfigMap that has it) is
+// no repair, and writes no event. A run from an audit made before the
+// repair, whose resourceVersions are stale, finds the repair when it
+// re-reads the object; a run after someone edited a repaired object leaves
+// it as they made it.
+func TestWebhookThatIsNotIdempotentRepairedOnce(t *testing.T) {
+	b := newBed(t, "stages", "/stages")
+	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "empty"}})
+	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "some"}, Data: map[string]string{"other": "kept"}})
+	both := map[string]string{defaulthook.Stage1: "yes", defaulthook.Stage2: "yes"}
+	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "both"}, Data: both})
+	b.closeWindow()
+	b.register("/stages", admissionregistrationv1.Create)
+	b.afterWindow()
+	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "empty-twin"}})
+	b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "some-twin"}, Data: map[string]string{"other": "kept"}})
+	if d := b.configMap("empty-twin").Data; !reflect.DeepEqual(d, map[string]string{defaulthook.Stage1: "yes"}) {
+		t.Fatalf("the webhook made a ConfigMap %v", d)
+	}
+	bothRV := b.configMap("both").ResourceVersion
+	rec := &recorder{}
+	run := func(report *audit.Report, a *audit.Auditor, apply bool) *remediate.Report {
+		t.Helper()
+		r := b.remediator(env.Config, a, remediate.Options{Apply: apply})
+		r.Recorder = rec
+		rep, err := r.Run(b.ctx, report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	asTwins := func(when string) {
+		t.Helper()
+		for _, n := range []string{"empty", "some"} {
+			got, twin := b.configMap(n), b.configMap(n+"-twin")
+			if !reflect.DeepEqual(got.Data, twin.Data) || !reflect.DeepEqual(got.Labels, twin.Labels) {
+				t.Errorf("%s: %s is %v %v, its twin through the webhook %v %v", when, n, got.Labels, got.Data, twin.Labels, twin.Data)
+			}
+		}
+		if cm := b.configMap("both"); cm.ResourceVersion != bothRV || !reflect.DeepEqual(cm.Data, both) {
+			t.Errorf("%s: a ConfigMap the webhook's patch does not change was written: %v", when, cm.Data)
+		}
+	}
+
+	before, beforeAuditor := b.audit()
+	if before.Counts[audit.WouldMutate] != 3 {
+		t.Fatalf("audit %v", before.Counts)
+	}
+	dry := run(before, beforeAuditor, false)
+	if got, want := outcomes(dry), map[string]remediate.Outcome{"empty": remediate.WouldRemediate, "some": remediate.WouldRemediate, "both": remediate.Current}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("dry run %v, want %v", got, want)
+	}
+	for i, want := range []int{2, 0, 0} {
+		report, a := b.audit()
+		rep := run(report, a, true)
+		if rep.Counts[remediate.Remediated] != want || rep.Counts[remediate.Failed] != 0 || rep.Counts[remediate.Current] != 3-want {
+			t.Fatalf("run %d: counts %v, want %d remediated\n%+v", i+1, rep.Counts, want, rep.Items)
+		}
+		for _, it := range rep.Items {
+			if i > 0 && it.Name != "both" && !strings.Contains(it.Message, "already repaired in this window") {
+				t.Errorf("run %d: %s %s %q, want it said to be repaired already", i+1, it.Name, it.Outcome, it.Message)
+			}
+			if it.Name == "both" && !strings.Contains(it.Message, "changes nothing") {
+				t.Errorf("run %d: both %s %q", i+1, it.Outcome, it.Message)
+			}
+			if it.Outcome == remediate.Remediated && (it.ResourceVersion == "" || it.ResourceVersion != b.configMap(it.Name).ResourceVersion) {
+				t.Errorf("run %d: %s reports resourceVersion %q written", i+1, it.Name, it.ResourceVersion)
+			}
+		}
+		asTwins(fmt.Sprintf("after run %d", i+1))
+	}
+	report, a := b.audit()
+	if got := outcomes(run(report, a, false)); !reflect.DeepEqual(got, map[string]remediate.Outcome{"empty": remediate.Current, "some": remediate.Current, "both": remediate.Current}) {
+		t.Fatalf("a dry run after the repair: %v, want nothing to do", got)
+	}
+	stale := run(before, beforeAuditor, true)
+	if got, want := outcomes(stale), map[string]remediate.Outcome{"empty": remediate.Current, "some": remediate.Current, "both": remediate.Current}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("a run from the audit before the repair: %v, want %v\n%+v", got, want, stale.Items)
+	}
+	asTwins("after a run from a stale audit")
+	if got, want := rec.events(), []string{"ConfigMap/empty Remediated", "ConfigMap/some Remediated"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+
+	// Edited after its repair: the edit is its author's, after the window,
+	// and the object is not repaired again.
+	some := b.configMap("some")
+	some.Data["edited"] = "yes"
+	if err := b.c.Update(b.ctx, some); err != nil {
+		t.Fatal(err)
+	}
+	report, a = b.audit()
+	if got := outcomes(run(report, a, true))["some"]; got != remediate.Current {
+		t.Errorf("an object edited after its repair: %s", got)
+	}
+	if d := b.configMap("some").Data; !reflect.DeepEqual(d, map[string]string{"other": "kept", defaulthook.Stage1: "yes", "edited": "yes"}) {
+		t.Errorf("an object edited after its repair is %v", d)
+	}
+}
+
+// TestUpdateDeniedIsMarked: the recovered webhook denies any update of an
+// object (a policy engine's validating webhook that reviews CREATE and
+// UPDATE; a mutating webhook that freezes objects after creation), so the
+// label and the re-applied patch cannot be written. The dry run says so;
+// --apply marks the object with an event, counts it Marked (never Failed)
+// and names it in the window's result; the object is left as it is. A
+// denial by another webhook is the object's failure, as before.
+func TestUpdateDeniedIsMarked(t *testing.T) {
+	t.Run("a validating webhook that reviews updates denies the label", func(t *testing.T) {
+		b := newBed(t, "strict", "/validate")
+		b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bad", Labels: map[string]string{"policy": defaulthook.Forbidden}}})
+		b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fine"}})
+		b.closeWindow()
+		b.register("/validate", admissionregistrationv1.Create, admissionregistrationv1.Update)
+		rv := b.configMap("bad").ResourceVersion
+		report, a := b.audit()
+		dry, err := b.remediator(env.Config, a, remediate.Options{Label: true}).Run(b.ctx, report)
+		if err != nil || fmt.Sprint(outcomes(dry)) != "map[bad:WouldMark]" || !strings.Contains(dry.Items[0].Message, fmt.Sprintf("admission webhook %q denied the request", b.wh.Name)) {
+			t.Fatalf("dry run: %v %+v", err, dry.Items)
+		}
+		rec := &recorder{}
+		r := b.remediator(env.Config, a, remediate.Options{Apply: true, Label: true})
+		r.Recorder = rec
+		rep, err := r.Run(b.ctx, report)
+		if err != nil || fmt.Sprint(outcomes(rep)) != "map[bad:Marked]" || rep.Counts[remediate.Failed] != 0 {
+			t.Fatalf("apply: %v %+v", err, rep.Items)
+		}
+		t.Logf("the item: %s", rep.Items[0].Message)
+		if !strings.Contains(rep.Items[0].Message, "not labelled: the label "+remediate.LabelKey+" is an update") || !strings.Contains(rep.Items[0].Message, "AdmittedWithout event") {
+			t.Errorf("the item does not say why it is not labelled: %q", rep.Items[0].Message)
+		}
+		if cm := b.configMap("bad"); cm.ResourceVersion != rv {
+			t.Errorf("the object changed: %v", cm.Labels)
+		}
+		if got := rec.events(); !reflect.DeepEqual(got, []string{"ConfigMap/bad AdmittedWithout"}) {
+			t.Errorf("events %v", got)
+		}
+		res := rep.Result("test", metav1.Now())
+		if res.Marked != 1 || res.Failed != 0 || !reflect.DeepEqual(res.MarkedObjects, []string{"ConfigMap " + b.ns + "/bad"}) {
+			t.Errorf("the window's result %+v", res)
+		}
+	})
+	t.Run("a mutating webhook that denies the update that re-applies its patch", func(t *testing.T) {
+		b := newBed(t, "locked", "/mutate-locked")
+		b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "frozen", Labels: map[string]string{defaulthook.LockedLabel: "true"}}})
+		b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "open"}})
+		b.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forbidden", Labels: map[string]string{"policy": defaulthook.Forbidden}}})
+		b.closeWindow()
+		b.register("/mutate-locked", admissionregistrationv1.Create, admissionregistrationv1.Update)
+		// Another webhook, a policy that reviews updates: it denies "forbidden"'s.
+		other := b.wh
+		other.Kind, other.Configuration, other.Name = v1alpha1.ValidatingWebhookConfiguration, b.ns+"-policy", "other.example.com"
+		other.ClientConfig.URL = ptr.To(hook.URL + "/validate")
+		registerHook(b, other)
+		frozen := b.configMap("frozen").ResourceVersion
+		report, a := b.audit()
+		if report.Counts[audit.WouldMutate] != 3 {
+			t.Fatalf("audit %v", report.Counts)
+		}
+		dry, err := b.remediator(env.Config, a, remediate.Options{}).Run(b.ctx, report)
+		if want := map[string]remediate.Outcome{"frozen": remediate.WouldMark, "open": remediate.WouldRemediate, "forbidden": remediate.Failed}; err != nil || !reflect.DeepEqual(outcomes(dry), want) {
+			t.Fatalf("dry run: %v %v, want %v", err, outcomes(dry), want)
+		}
+		rec := &recorder{}
+		r := b.remediator(env.Config, a, remediate.Options{Apply: true})
+		r.Recorder = rec
+		rep, err := r.Run(b.ctx, report)
+		if want := map[string]remediate.Outcome{"frozen": remediate.Marked, "open": remediate.Remediated, "forbidden": remediate.Failed}; err != nil || !reflect.DeepEqual(outcomes(rep), want) {
+			t.Fatalf("apply: %v %v, want %v\n%+v", err, outcomes(rep), want, rep.Items)
+		}
+		for _, it := range rep.Items {
+			switch it.Name {
+			case "frozen":
+				if !strings.Contains(it.Message, defaulthook.Locked) || !strings.Contains(it.Message, "not repaired: the repair is an update") {
+					t.Errorf("frozen: %q", it.Message)
+				}
+			case "forbidden":
+				if !strings.Contains(it.Message, `admission webhook "other.example.com" denied the request`) {
+					t.Errorf("forbidden: %q", it.Message)
+				}
+			}
+		}
+		if cm := b.configMap("frozen"); cm.ResourceVersion != frozen || cm.Annotations[remediate.RepairedKey] != "" {
+			t.Errorf("the frozen object changed: %v %v", cm.Labels, cm.Annotations)
+		}
+		want := []string{"ConfigMap/forbidden RemediationFailed", "ConfigMap/frozen AdmittedWithout", "ConfigMap/open Remediated"}
+		if got := rec.events(); !reflect.DeepEqual(got, want) {
+			t.Errorf("events %v, want %v", got, want)
+		}
+	})
 }

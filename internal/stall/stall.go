@@ -194,6 +194,56 @@ func (w *Watch) stalled(from, to time.Time, pausedOnly bool) time.Duration {
 	return min(sum, to.Sub(from))
 }
 
+// Ran reports whether this process ran without a pause for d at some time
+// within [from, to], as the heartbeat saw it (Paused's stalls, and one still
+// in progress). Before Start, and on a nil Watch, whether [from, to] is d
+// long.
+func (w *Watch) Ran(from, to time.Time, d time.Duration) bool {
+	if w == nil {
+		return to.Sub(from) >= d
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started {
+		return to.Sub(from) >= d
+	}
+	// Walk back from to, stall by stall (newest first), for a gap of d.
+	end := to
+	gap := func(iv interval) (found, done bool) {
+		if end.Sub(later(iv.to, from)) >= d {
+			return true, true
+		}
+		if iv.from.Before(end) {
+			end = iv.from
+		}
+		return false, !end.After(from)
+	}
+	if late := now.Sub(w.lastBeat) - w.period; late > slack {
+		if found, done := gap(interval{from: now.Add(-late), to: now}); done {
+			return found
+		}
+	}
+	r := &w.paused
+	for i := range r.n {
+		iv := r.ivs[(r.next-1-i+keep)%keep]
+		if !iv.to.After(from) {
+			break // in time order: older ones end earlier still
+		}
+		if found, done := gap(iv); done {
+			return found
+		}
+	}
+	return end.Sub(from) >= d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // QueueWait is how long goroutines that became ready waited to run, lately
 // (the 99th percentile, the larger of the last two 100 ms readings): while
 // it is long, a goroutine's answer may sit unread although the process

@@ -103,6 +103,49 @@ func TestStalledAddsOverlaps(t *testing.T) {
 	}
 }
 
+// TestRanFindsAStretchWithoutPauses: Ran looks for a stretch of d between
+// the pauses anywhere in [from, to], not only one that ends at to; a pause
+// still in progress (the heartbeat not run since) counts; the scheduler's
+// latencies do not (the process ran).
+func TestRanFindsAStretchWithoutPauses(t *testing.T) {
+	w := New(Options{CPUStat: "-"})
+	base := time.Now().Add(-time.Hour)
+	w.started = true
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	w.lastBeat = at(1000) // a pause in progress since the beat due at 1010 ms (now is an hour later)
+	for _, iv := range []interval{{at(0), at(90)}, {at(100), at(190)}, {at(200), at(250)}, {at(260), at(400)}} {
+		w.paused.add(iv)
+	}
+	w.all.add(interval{at(400), at(900)}) // run-queue latency only
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		from, to int
+		d        time.Duration
+		want     bool
+	}{
+		{0, 250, 10 * ms, true},      // 90–100 and 190–200
+		{0, 250, 11 * ms, false},     // no gap that long
+		{190, 250, 10 * ms, true},    // 190–200, at the start
+		{195, 255, 10 * ms, false},   // 195–200 and 250–255: neither long enough
+		{195, 259, 9 * ms, true},     // 250–259
+		{95, 105, 6 * ms, false},     // 95–100 only
+		{300, 1000, 600 * ms, true},  // 400–1000: the run queue was long, the process ran
+		{300, 1020, 611 * ms, false}, // 400–1010, then the pause in progress
+		{1010, 5000, 1 * ms, false},  // all of it in the pause in progress
+		{260, 400, 1 * ms, false},    // inside a pause
+		{410, 420, 10 * ms, true},    // all of it clear
+		{410, 420, 11 * ms, false},   // shorter than d
+	} {
+		if got := w.Ran(at(tc.from), at(tc.to), tc.d); got != tc.want {
+			t.Errorf("Ran(%d ms, %d ms, %v) = %v, want %v", tc.from, tc.to, tc.d, got, tc.want)
+		}
+	}
+	var nilWatch *Watch
+	if !nilWatch.Ran(base, at(10), 10*ms) || nilWatch.Ran(base, at(9), 10*ms) {
+		t.Error("a nil Watch: Ran is whether the span is long enough")
+	}
+}
+
 // The child half of the process tests: a Watch that reports, for each line
 // "from to" (Unix nanoseconds) it reads, how long it was stalled then.
 func TestMain(m *testing.M) {

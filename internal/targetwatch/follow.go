@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/owners"
 )
 
 // minWatchTimeout is the least a watch request asks the API server to keep
@@ -193,7 +194,9 @@ func gone(err error) bool { return apierrors.IsResourceExpired(err) || apierrors
 // of an unchanged configuration wakes no breaker).
 func (t *Targets) see(key targetKey, v *view, obj client.Object, list bool) {
 	if obj != nil {
-		obj.SetManagedFields(nil) // read by no one; the larger part of a small object
+		// Only its writers are read (internal/owners), and they were the
+		// larger part of a small object.
+		owners.Trim(obj)
 	}
 	next := &snapshot{obj: obj}
 	prev := v.seen.Swap(next)

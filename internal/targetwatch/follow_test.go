@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 func configuration(name string) *admissionregistrationv1.ValidatingWebhookConfiguration {

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 const mutating = v1alpha1.MutatingWebhookConfiguration

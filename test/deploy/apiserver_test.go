@@ -22,8 +22,8 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/floor"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // installed is a control plane with an install's objects applied, and a

@@ -19,9 +19,9 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/demo"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 type logWriter struct{ t *testing.T }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // TestKillNineAfterAnAdministratorsEdit: during an outage, with the circuit

@@ -29,8 +29,8 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 	"github.com/tripswitch-dev/tripswitch/internal/floor"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
 )
 
 // floorTimeline merges the versions of a webhook configuration and of its

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -24,7 +28,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // realCallsHook answers the probes' GET /healthz (or /quiet-healthz) as
@@ -36,6 +40,21 @@ type realCallsHook struct {
 	failCalls        atomic.Bool
 	failQuietProbes  atomic.Bool
 	calls, callsFail atomic.Int64
+	mu               sync.Mutex
+	callTimes        []time.Time
+}
+
+// callsBetween counts the reviews the hook got in [from, to].
+func (h *realCallsHook) callsBetween(from, to time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, at := range h.callTimes {
+		if !at.Before(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func startRealCallsHook(t *testing.T) *realCallsHook {
@@ -52,6 +71,9 @@ func startRealCallsHook(t *testing.T) *realCallsHook {
 	})
 	mux.HandleFunc("POST /validate", func(w http.ResponseWriter, r *http.Request) {
 		h.calls.Add(1)
+		h.mu.Lock()
+		h.callTimes = append(h.callTimes, time.Now())
+		h.mu.Unlock()
 		if h.failCalls.Load() {
 			h.callsFail.Add(1)
 			w.WriteHeader(http.StatusInternalServerError)
@@ -121,6 +143,7 @@ func trialBreaker(name, webhook, healthPath string, h v1alpha1.HalfOpenSpec) *v1
 type phase struct {
 	name         string // closed, open, trial
 	failedTrials int32
+	at           time.Time // when the watch delivered it
 }
 
 // versions records every version of a configuration the API server shows a
@@ -150,7 +173,8 @@ func watchVersions(t *testing.T, ctx context.Context, cs *kubernetes.Clientset, 
 			v.mu.Lock()
 			if problem != "" {
 				v.broken = append(v.broken, fmt.Sprintf("version %s: %s", cfg.ResourceVersion, problem))
-			} else if n := len(v.seen); n == 0 || v.seen[n-1] != p {
+			} else if n := len(v.seen); n == 0 || v.seen[n-1].name != p.name || v.seen[n-1].failedTrials != p.failedTrials {
+				p.at = time.Now()
 				v.seen = append(v.seen, p)
 			}
 			v.mu.Unlock()
@@ -316,13 +340,18 @@ func TestBypassTrialJudgedOnRealCalls(t *testing.T) {
 			failed = p.failedTrials
 		}
 	}
+	var names []string
+	for _, p := range phases {
+		names = append(names, fmt.Sprintf("%s(%d)", p.name, p.failedTrials))
+	}
 	t.Logf("45 s of failing real calls: %d trial(s), %d failed, phases %v, webhook called %d times (%d failed); status.trial %+v",
-		trials, failed, phases, h.calls.Load(), h.callsFail.Load(), wcb.Status.Trial)
+		trials, failed, names, h.calls.Load(), h.callsFail.Load(), wcb.Status.Trial)
 	// With after 3 s, a window of 10 s and backoff 3, 6, 8, 8 s: at least two
 	// failed trials in 45 s.
 	if failed < 2 {
 		t.Errorf("%d failed trials in 45 s of failing real calls, want at least 2", failed)
 	}
+	checkTrialsJudgedOnTheirOwnCalls(t, env, h, name, phases, spec.After.Duration, 5)
 	if n := rejectedAfterOpen.Load(); n != 0 {
 		t.Errorf("%d creates rejected after the circuit opened (last: %v)", n, lastRejection.Load())
 	}
@@ -352,6 +381,65 @@ func TestBypassTrialJudgedOnRealCalls(t *testing.T) {
 		t.Errorf("after the close the configuration is not its original:\n%s\n%v", mustJSON(now.Webhooks), now.Annotations)
 	}
 	seen.check(t)
+}
+
+// checkTrialsJudgedOnTheirOwnCalls: the first trial waited halfOpen.after
+// from the open (less the second the record's times are rounded to), every
+// failed trial got at least minimumCalls reviews of its own between its start
+// and its end, and no TrialFailed event counts more calls than the webhook
+// got in its trial. The defect it guards: a circuit the signal opened while
+// the probes passed started a trial at once, and the trial failed within
+// 0.1 s on the calls that had opened it.
+func checkTrialsJudgedOnTheirOwnCalls(t *testing.T, env *testenv.Env, h *realCallsHook, name string, phases []phase, after time.Duration, minimumCalls int) {
+	t.Helper()
+	type trial struct{ from, to time.Time }
+	var failedTrials []trial
+	for i, p := range phases {
+		switch {
+		case p.name == "trial" && i > 0 && phases[i-1].name == "open" && phases[i-1].failedTrials == 0 && p.failedTrials == 0:
+			if waited := p.at.Sub(phases[i-1].at); waited < after-time.Second {
+				t.Errorf("the first trial started %s after the open, want at least halfOpen.after (%s)", waited.Round(10*time.Millisecond), after)
+			}
+		case p.name == "open" && i > 0 && phases[i-1].name == "trial":
+			failedTrials = append(failedTrials, trial{phases[i-1].at, p.at})
+		}
+	}
+	for i, tr := range failedTrials {
+		got := h.callsBetween(tr.from, tr.to)
+		t.Logf("failed trial %d: %s long, %d reviews of its own", i+1, tr.to.Sub(tr.from).Round(10*time.Millisecond), got)
+		if got < minimumCalls {
+			t.Errorf("failed trial %d (%s long) got %d reviews of its own, fewer than minimumCalls %d: it was judged on calls made before it",
+				i+1, tr.to.Sub(tr.from).Round(10*time.Millisecond), got, minimumCalls)
+		}
+	}
+	var events eventsv1.EventList
+	if err := env.Client.List(t.Context(), &events); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(events.Items, func(i, j int) bool { return events.Items[i].EventTime.Before(&events.Items[j].EventTime) })
+	counted := regexp.MustCompile(`(\d+) trial call\(s\), (\d+) failed`)
+	n := 0
+	for _, ev := range events.Items {
+		if ev.Regarding.Name != name || ev.Reason != "TrialFailed" {
+			continue
+		}
+		m := counted.FindStringSubmatch(ev.Note)
+		if m == nil {
+			continue // a probe failure ends a trial whatever its calls
+		}
+		t.Logf("TrialFailed: %s", ev.Note)
+		calls, _ := strconv.Atoi(m[1])
+		if n < len(failedTrials) {
+			tr := failedTrials[n]
+			if got := h.callsBetween(tr.from.Add(-300*time.Millisecond), tr.to); calls > got {
+				t.Errorf("TrialFailed says %d trial call(s), but the webhook got %d in that trial: %s", calls, got, ev.Note)
+			}
+		}
+		n++
+	}
+	if n == 0 {
+		t.Error("no TrialFailed event names the trial's calls")
+	}
 }
 
 // TestTrialWithoutTrafficClosesOnTheProbes: the probes failed, the circuit

@@ -20,8 +20,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/tripswitch-dev/tripswitch/internal/selfsigned"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // binary is the controller, built once for the package.

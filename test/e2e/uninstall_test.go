@@ -31,8 +31,8 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/internal/slowhook"
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // kubelet plays the node for one namespace: it runs the controller binary

@@ -27,6 +27,23 @@ func TestBreakerModuleIsStandardLibraryOnly(t *testing.T) {
 	}
 }
 
+// TestLimitModuleIsStandardLibraryAndTheCore: the limit module's build list
+// is itself and the breaker core (whose Clock and ConfigError it shares),
+// and its packages import nothing else beyond the standard library.
+func TestLimitModuleIsStandardLibraryAndTheCore(t *testing.T) {
+	const self = "github.com/tripswitch-dev/tripswitch/"
+	out := goList(t, "../../limit", "-m", "all")
+	if got := strings.Split(strings.TrimSpace(out), "\n"); len(got) != 2 || got[0] != self+"limit" || !strings.HasPrefix(got[1], self+"breaker ") {
+		t.Fatalf("limit's module graph is not itself and breaker:\n%s", out)
+	}
+	deps := goList(t, "../../limit", "-deps", "-test", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
+	for _, p := range strings.Fields(deps) {
+		if !hasPrefix(strings.Trim(p, "[]"), []string{self + "limit", self + "breaker"}) {
+			t.Errorf("limit (or its tests) imports %s, which is neither the standard library nor the breaker core", p)
+		}
+	}
+}
+
 // TestAdapterModulesCarryOnlyTheirOwnDependencies: a user of one adapter
 // gets that adapter's dependency and not the others' (nor Kubernetes).
 func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
@@ -36,7 +53,7 @@ func TestAdapterModulesCarryOnlyTheirOwnDependencies(t *testing.T) {
 		allowed []string // import path prefixes besides the standard library and the module itself
 		banned  []string
 	}{
-		{"breakerhttp", []string{self + "breaker"}, nil},
+		{"breakerhttp", []string{self + "breaker", self + "limit"}, nil},
 		{"breakergrpc", nil, []string{"github.com/prometheus/", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakerprom"}},
 		{"breakerprom", nil, []string{"google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakerhttp", self + "breakergrpc"}},
 		{"accessgate", nil, []string{"github.com/prometheus/", "google.golang.org/grpc", "k8s.io/", "sigs.k8s.io/", self + "breakergrpc", self + "breakerprom", self + "accessgateprom", "github.com/tsenart/"}},
@@ -206,7 +223,7 @@ func TestControllerUsesNoLibraryModule(t *testing.T) {
 // are tagged, a service uses them from a checkout with one replace line per
 // tripswitch module in its build, the dependencies' own replace lines
 // included (they do not reach the main module), as docs/library.md says. The
-// deepest chain, accessgate over breakerhttp over breaker, builds so.
+// deepest chain, accessgate over breakerhttp over limit and breaker, builds so.
 func TestUnpublishedLibraryBuildsWithReplaceLines(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -224,11 +241,11 @@ func TestUnpublishedLibraryBuildsWithReplaceLines(t *testing.T) {
 	}
 	const self = "github.com/tripswitch-dev/tripswitch/"
 	mod := "module example.com/user\n\ngo 1.26\n\nrequire (\n"
-	for _, m := range []string{"accessgate", "breaker", "breakerhttp"} {
+	for _, m := range []string{"accessgate", "breaker", "breakerhttp", "limit"} {
 		mod += "\t" + self + m + " v0.0.0\n"
 	}
 	mod += ")\n\nreplace (\n"
-	for _, m := range []string{"accessgate", "breaker", "breakerhttp"} {
+	for _, m := range []string{"accessgate", "breaker", "breakerhttp", "limit"} {
 		mod += "\t" + self + m + " => " + filepath.Join(root, m) + "\n"
 	}
 	write("go.mod", mod+")\n")

@@ -24,7 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 
-	"github.com/tripswitch-dev/tripswitch/internal/testenv"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 const version = "v0.0.0-test.1"
