@@ -9,17 +9,27 @@ GO_TEST_FLAGS        ?=
 # half-open trials one after another (about 15 minutes on 2 busy cores):
 # more than go test's default 10 minutes per package.
 DEV_TEST_TIMEOUT     ?= 45m
+# internal/controller's tests on the real API server took 485 s alone and
+# 777 s beside nine other packages with -race on 2 busy cores (load 12):
+# past go test's default 10 minutes per package.
+ROOT_TEST_TIMEOUT    ?= 30m
 # Library modules: each its own go.mod, so a user of one pulls in only what
 # it needs (see docs/library.md, "Modules").
-LIB_MODULES          := breaker breakerhttp breakergrpc breakerprom accessgate accessgateprom examples
+LIB_MODULES          := breaker limit breakerhttp breakergrpc breakerprom accessgate accessgateprom examples
 # The modules that keep Helm, kustomize, the Prometheus server, gonum/plot
 # and go-containerregistry out of the controller's module graph: the
-# end-to-end and release tests, the release tool and the demo command.
-DEV_MODULES          := test hack/release cmd/tripswitch-demo
+# end-to-end and release tests, the release tool, the cluster and the demo
+# command.
+DEV_MODULES          := test hack/release hack/cluster cmd/tripswitch-demo
 
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
 
-.PHONY: all help tools test test-short test-e2e lint generate verify build release demo run bench
+# How `make test` gets the cluster test/cluster runs in: auto brings one up
+# if none runs and takes it down after (one it found running stays), use
+# requires a running one, skip leaves test/cluster out and says so.
+CLUSTER              ?= auto
+
+.PHONY: all help tools test test-short test-e2e test-cluster cluster-tools cluster cluster-down lint generate verify build release demo run bench harness
 
 # The end-to-end packages of the test module: the controller as a process,
 # Helm and kustomize installs, failover. They take most of `make test`'s time.
@@ -35,22 +45,43 @@ help:
 tools:
 	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
 
-## test: build the control plane if needed, then run every test of every module with the race detector
+## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
-	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...); done
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(ROOT_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/cluster)); done
+	@$(MAKE) --no-print-directory test-cluster
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 	@echo "== module breaker, without the race detector (its timings and 10,000-goroutine tests)"; cd breaker && go test $(GO_TEST_FLAGS) ./...
+	@echo "== module limit, without the race detector"; cd limit && go test $(GO_TEST_FLAGS) ./...
+	@echo "== module bench: the slow-dependency harness's short run"; cd bench && go test -race $(GO_TEST_FLAGS) ./...
 
-## test-short: the inner loop: every module's tests except the end-to-end packages (test/e2e, test/deploy)
+## test-short: the inner loop: every module's tests except the end-to-end packages (test/e2e, test/deploy, test/cluster)
 test-short: tools
-	KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) ./...
-	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/deploy)
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(ROOT_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/deploy -e /test/cluster)
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 
 ## test-e2e: only the end-to-end packages, against the real API server
 test-e2e: tools
 	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $(E2E_PACKAGES)
+
+## test-cluster: test/cluster on the local cluster (CLUSTER=auto brings one up and takes it down after; use: a running one; skip: say so and pass)
+test-cluster: cluster-tools
+	@CLUSTER=$(CLUSTER) GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/cluster/test.sh
+
+## cluster-tools: build what `make cluster` runs (controller manager, scheduler, kubelet, kube-proxy, kubectl, containerd, CoreDNS, pause; cached by version)
+cluster-tools: tools
+	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build-cluster.sh
+	@cd hack/cluster && go build -o $(CURDIR)/bin/cluster ./cmd/cluster
+
+## cluster: a single-node Kubernetes v1.37.2 as local processes (root); returns once the node is Ready and DNS answers
+cluster: cluster-tools
+	bin/cluster up
+
+## cluster-down: stop the cluster, remove everything it made, and check that nothing is left
+cluster-down:
+	@cd hack/cluster && go build -o $(CURDIR)/bin/cluster ./cmd/cluster
+	bin/cluster down
 
 ## lint: gofmt, go vet and staticcheck
 lint:
@@ -60,10 +91,14 @@ lint:
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
 	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
 
-## bench: tripswitch's breaker and its peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
+## bench: tripswitch's breaker and limits and their peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
 bench:
 	cd bench && go test -run '^$$' -bench . -benchmem -cpu 1,2,4,8 -count 6 -benchtime 500ms
 	cd breaker && go test -run '^$$' -bench 'FailureCost|Memory' -benchmem -cpu 1,2 -count 3 -benchtime 500ms
+
+## harness: the slow-dependency scenario (10 ms → 2 s, 500 callers) through no limit, a bulkhead, the adaptive limit and failsafe-go's, with and without a circuit (about 18 minutes)
+harness:
+	cd bench && go run ./harness -sweep 10,20,40,80
 
 ## generate: deepcopy, CRD and RBAC from the API types and markers; the chart's copies of them
 generate:
