@@ -327,11 +327,7 @@ func answerReview(w http.ResponseWriter, r *http.Request) {
 // services would: an answer at once, or while down a 503 or the same
 // answer slowBy late.
 func webhookServers(n int, down *atomic.Bool, fault string) (addrs []string, caPEM []byte, stop func(), err error) {
-	ca, err := selfsigned.NewCA("scale-ca")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair("scale-ca", "127.0.0.1")
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -41,11 +41,7 @@ type policyHook struct {
 
 func startHook(t testing.TB) *policyHook {
 	t.Helper()
-	ca, err := selfsigned.NewCA("policy-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair("policy-ca", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,11 +107,7 @@ func countingServerWith(t *testing.T, handler http.Handler, set func(*http.Serve
 // configuration with its certificate for 127.0.0.1.
 func tlsConfigFor(t *testing.T) (*server, *tls.Config) {
 	t.Helper()
-	ca, err := selfsigned.NewCA("probe-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair("probe-test-ca", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,11 +35,7 @@ type server struct {
 
 func serve(t *testing.T, handler http.Handler, hosts ...string) *server {
 	t.Helper()
-	ca, err := selfsigned.NewCA("probe-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue(hosts...)
+	ca, cert, err := selfsigned.Pair("probe-test-ca", hosts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,11 +406,7 @@ func TestHungHandshakeCostsBoundedConnections(t *testing.T) {
 // completed a handshake with it.
 func countingServer(t *testing.T, handler http.Handler) (*server, *atomic.Int64) {
 	t.Helper()
-	ca, err := selfsigned.NewCA("probe-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair("probe-test-ca", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,11 +35,7 @@ func TestChildHook(t *testing.T) {
 	if os.Getenv(childHookEnv) == "" {
 		t.Skip("the webhook of TestInTimeAnswersAreNeverTimeouts, run as a child process")
 	}
-	ca, err := selfsigned.NewCA("intime-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair("intime-ca", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

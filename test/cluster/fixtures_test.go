@@ -239,11 +239,7 @@ func deployWebhook(t testing.TB, ns, name string) *webhook {
 	t.Helper()
 	ctx := t.Context()
 	ensureNamespace(t, ns)
-	ca, err := selfsigned.NewCA(name + "-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue(name+"."+ns+".svc", name+"."+ns+".svc.cluster.local")
+	ca, cert, err := selfsigned.Pair(name+"-ca", name+"."+ns+".svc", name+"."+ns+".svc.cluster.local")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,11 +181,7 @@ func adminKubeconfig(t testing.TB, env *testenv.Env) string {
 // and the CA's PEM, for a webhook's clientConfig.
 func serveTLS(t *testing.T, name string, mux http.Handler) (string, []byte) {
 	t.Helper()
-	ca, err := selfsigned.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue("127.0.0.1")
+	ca, cert, err := selfsigned.Pair(name, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
