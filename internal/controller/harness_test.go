@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,12 +97,22 @@ type bed struct {
 
 func newBed(t *testing.T) *bed {
 	t.Helper()
+	cfg := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	// A test's objects may outlive it (deletion waits for finalizers), so
+	// each run of it under -count names its own.
+	runs, _ := bedRuns.LoadOrStore(cfg, new(atomic.Int64))
+	if n := runs.(*atomic.Int64).Add(1); n > 1 {
+		cfg += fmt.Sprintf("-run%d", n)
+	}
 	return &bed{
 		t: t, ctx: t.Context(), c: controlPlane(t).Client, health: newScriptedHealth(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
-		cfg:   strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())),
+		cfg:   cfg,
 	}
 }
+
+// bedRuns counts the beds made for each test name.
+var bedRuns sync.Map
 
 // reconciler returns a fresh reconciler, as a restarted process would have,
 // talking to the API server through c.

@@ -102,13 +102,8 @@ func (w *writeCount) funcs() *interceptor.Funcs {
 	}}
 }
 
-// ownerRuns numbers the runs, so that -count runs each have objects of
-// their own.
-var ownerRuns atomic.Int64
-
 func ownerOutage(t *testing.T, tc ownerCase) {
 	b := newBed(t)
-	b.cfg += fmt.Sprintf("-%d", ownerRuns.Add(1))
 	cp := controlPlane(t)
 	hook, err := slowhook.Start()
 	if err != nil {
