@@ -16,7 +16,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
-// The two account call sites of seed 002: the permission check is timeout →
+// Two call sites of one account service: the permission check is timeout →
 // circuit with no retry; other lookups get a bounded retry outside the
 // circuit. Each has its own circuit, so a sick lookup path cannot open the
 // permission path.
