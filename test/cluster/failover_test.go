@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
@@ -39,13 +40,18 @@ func testFailover(t *testing.T) {
 	if other == old {
 		other = pods[1].Name
 	}
+	// With the node cordoned the ReplicaSet's replacement for the deleted Pod
+	// cannot start, as when the leader's node is lost: the replica that was
+	// standing by must take over. (Uncordoned, the replacement sometimes
+	// starts before the old leader lets go and wins the lease: a failover too,
+	// but not the one this test is for.)
+	cordon(t, true)
+	t.Cleanup(func() { cordon(t, false) })
 	deleted := time.Now()
 	if err := env.cs.CoreV1().Pods(releaseNS).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var next string
-	// The replica that was standing by must take over, not the Pod the
-	// ReplicaSet makes to replace the deleted one.
 	eventually(t, 2*time.Minute, "the other replica, "+other+", leading", func(ctx context.Context) (bool, error) {
 		l, err := leader(ctx)
 		if err != nil {
@@ -62,6 +68,8 @@ func testFailover(t *testing.T) {
 		t.Errorf("the failover changed the open configuration:\nopen  %s\nafter %s", opened, s)
 	}
 
+	cordon(t, false)
+
 	healed := time.Now()
 	hook.setDelay(t, 0)
 	closed := waitState(t, b.Name, v1alpha1.StateClosed, 2*time.Minute)
@@ -70,4 +78,21 @@ func testFailover(t *testing.T) {
 		t.Errorf("the configuration is not what it was:\nbefore %s\nafter  %s", before, after)
 	}
 	waitControllerReady(t)
+}
+
+// cordon marks every node unschedulable (or schedulable again).
+func cordon(t testing.TB, on bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, err := env.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
+	for _, n := range nodes.Items {
+		if _, err := env.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("cordon %s (%t): %v", n.Name, on, err)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,21 +59,29 @@ func testSeedExperiment(t *testing.T) {
 		t.Errorf("healthy Fail: %d of %d admitted, %d mutated; want all admitted through the webhook", healthy.admitted, creates, healthy.mutated)
 	}
 
-	// Ignore: the fault, then creates while the circuit is still closed
-	// (rejected at the webhook's timeout) until it opens.
+	// Ignore: the fault, then creates until the controller rewrites the
+	// configuration. A create that ended before the rewrite was seen was
+	// reviewed under Fail and must be rejected at the webhook's timeout. One
+	// still in flight then is neither: under Ignore it too waits the full
+	// timeout, so it began after the rewrite only if it ends after it.
 	fault := time.Now()
+	rewritten := watchWebhooks(t, seedHook)
+	opened := watchState(t, b.Name, v1alpha1.StateOpen)
 	hook.setDelay(t, 2*time.Second)
 	delayed := phase{name: "delayed Fail"}
-	opened := watchState(t, b.Name, v1alpha1.StateOpen)
-	for i := 0; len(delayed.lat) < 3 || !opened.seen(); i++ {
-		delayed.add(createConfigMap(t, target, fmt.Sprintf("delayed-%d", i)))
+	for i := 0; !rewritten.seen(); i++ {
+		o := createConfigMap(t, target, fmt.Sprintf("delayed-%d", i))
+		if !rewritten.seen() {
+			delayed.add(o)
+		}
 		if time.Since(fault) > 2*time.Minute {
-			t.Fatal("the circuit did not open within 2 minutes of the fault")
+			t.Fatal("the configuration was not rewritten within 2 minutes of the fault")
 		}
 	}
+	eventually(t, time.Minute, "breaker "+b.Name+" Open", func(context.Context) (bool, error) { return opened.seen(), nil })
 	ignoreOpen := opened.at().Sub(fault)
-	if delayed.admitted != 0 {
-		t.Errorf("delayed Fail: %d admitted, want every create rejected at the webhook's timeout", delayed.admitted)
+	if len(delayed.lat) == 0 || delayed.admitted != 0 {
+		t.Errorf("delayed Fail: %d of %d admitted before the configuration was rewritten, want at least one create, every one rejected at the webhook's timeout", delayed.admitted, len(delayed.lat))
 	}
 	openIgnore := createConfigMaps(t, target, "open-ignore", creates)
 	if openIgnore.admitted != creates || openIgnore.mutated != 0 || openIgnore.p50() < time.Second {
@@ -189,6 +200,58 @@ func (w *stateWatch) at() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.first
+}
+
+// watchWebhooks notes the first time a watch sees the configuration's
+// webhooks differ from what they are when it starts.
+func watchWebhooks(t testing.TB, name string) *stateWatch {
+	t.Helper()
+	w := &stateWatch{}
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	if err := env.client.Get(t.Context(), client.ObjectKey{Name: name}, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := json.Marshal(cfg.Webhooks)
+	changed := func(c *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+		b, _ := json.Marshal(c.Webhooks)
+		if bytes.Equal(b, base) {
+			return false
+		}
+		w.mu.Lock()
+		w.first = time.Now()
+		w.mu.Unlock()
+		return true
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	go func() {
+		api := env.cs.AdmissionregistrationV1().MutatingWebhookConfigurations()
+		// Each round reads the object, then watches from its version until
+		// the watch ends (a timeout, an error such as 410 Gone).
+		for ctx.Err() == nil {
+			got, err := api.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if changed(got) {
+				return
+			}
+			wi, err := api.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: got.ResourceVersion})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				if c, ok := ev.Object.(*admissionregistrationv1.MutatingWebhookConfiguration); ok && changed(c) {
+					wi.Stop()
+					return
+				}
+			}
+			wi.Stop()
+		}
+	}()
+	return w
 }
 
 // watchState polls the breaker every 100 ms in the background until it is
