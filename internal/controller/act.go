@@ -172,7 +172,10 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 			in = b.Name
 		}
 		r.wroteCircuit(ctx, c, d.Write, now, in)
-		if rec := circuit.Inspect(obs.Config, c.b.Spec.Target.WebhookName).Record; d.Write == policy.WriteOpen && rec != nil {
+		if d.Write != policy.WriteOpen {
+			continue
+		}
+		if rec := circuit.Inspect(obs.Config, c.b.Spec.Target.WebhookName).Record; rec != nil {
 			r.memory.update(c.b.Name, func(m *memory) {
 				m.opened = &policy.Opened{Record: *rec, UID: obs.Config.Object.GetUID()}
 				m.knewOpen = rec.OpenedAt
