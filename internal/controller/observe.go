@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,8 +89,8 @@ const (
 	fromAPIServer
 )
 
-// readFor is where the decision before b's write reads: its watch, if it
-// has shown this process's last write to the configuration.
+// readFor is where a decision on b reads its configuration: its watch, if
+// that has shown this process's last write to it; else the API server.
 func (r *Reconciler) readFor(b *v1alpha1.WebhookCircuitBreaker) readFrom {
 	if r.watchCurrent(b) {
 		return fromWatch
@@ -100,17 +101,28 @@ func (r *Reconciler) readFor(b *v1alpha1.WebhookCircuitBreaker) readFrom {
 // watchCurrent reports whether b's target is served by a watch that has
 // shown this process's last write to it (or this process has written none):
 // a decision on it then needs no fresh read. One on a watch that lags
-// behind another breaker's patch a moment ago would be refused; one on a
-// watch that lags behind someone else's write is refused too, by the
-// resourceVersion every patch carries, and decided again.
+// behind this process's write would be refused if it wrote, and if it did
+// not, its status would go back in time: the record this process wrote a
+// moment ago gone, as if someone had undone it. One on a watch that lags
+// behind someone else's write is refused by the resourceVersion every patch
+// carries, and decided again.
 func (r *Reconciler) watchCurrent(b *v1alpha1.WebhookCircuitBreaker) bool {
 	t := b.Spec.Target
 	obj, found, cached := r.Targets.Get(b.Name, t.Kind, t.ConfigurationName)
-	if !cached || !found {
+	if !cached {
 		return false
 	}
 	written := r.configs.Written(t.ConfigurationKey())
-	return written == "" || written == obj.GetResourceVersion()
+	if !found || written == "" {
+		return true // gone since (a watch lists before it serves), or never written
+	}
+	// Resource versions are comparable (KEP-5504, GA in 1.35): a watch
+	// that has moved past the write (someone wrote after it) has shown it.
+	cmp, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), written)
+	if err != nil {
+		return written == obj.GetResourceVersion()
+	}
+	return cmp >= 0
 }
 
 // awaitWatch reports whether b should wait for its configuration's watch,

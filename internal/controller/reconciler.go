@@ -209,9 +209,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.awaitWatch(b) {
 		return ctrl.Result{RequeueAfter: watchWait}, nil
 	}
-	// Decide, on the target as its watch has it.
+	// Decide, on the target as its watch has it if that has shown this
+	// process's last write to it, else as the API server has it.
 	spec := b.Spec.Resolve()
-	s, err := r.decide(ctx, b, spec, fromWatch)
+	s, err := r.decide(ctx, b, spec, r.readFor(b))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

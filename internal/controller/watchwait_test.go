@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
+	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 	"github.com/tripswitch-dev/tripswitch/internal/targetwatch"
 )
@@ -102,5 +105,85 @@ func TestNewBreakerWaitsForItsConfigurationsWatch(t *testing.T) {
 	// shown the write before.
 	if n := reads.n.Load(); opened > 1 || n > 2 {
 		t.Fatalf("%d reads of the configuration before the close, %d in all; want at most 1 and 2", opened, n)
+	}
+}
+
+// frozenTargets serves b's configuration as its watch had it when frozen:
+// a watch that lags behind this process's writes (its connection cut, its
+// API server slow) for as long as the test says.
+type frozenTargets struct {
+	controller.TargetSource
+	mu     sync.Mutex
+	frozen client.Object
+}
+
+func (f *frozenTargets) freeze(obj client.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = obj
+}
+
+func (f *frozenTargets) Get(breaker string, kind v1alpha1.TargetKind, name string) (client.Object, bool, bool) {
+	f.mu.Lock()
+	frozen := f.frozen
+	f.mu.Unlock()
+	if frozen != nil {
+		return frozen.DeepCopyObject().(client.Object), true, true
+	}
+	return f.TargetSource.Get(breaker, kind, name)
+}
+
+// TestALaggingWatchNeverTakesBackAnOpen: reconciles after this process
+// opened a circuit, on a watch that has not yet shown that write, decide on
+// the configuration as the API server has it. On the watch's version the
+// record this process wrote is missing, which reads as someone having
+// undone it: the status would say Closed, ClosedExternally and Disarmed
+// while the circuit is open.
+func TestALaggingWatchNeverTakesBackAnOpen(t *testing.T) {
+	b := newBed(t)
+	b.createConfig(nil)
+	name := b.cfg
+	b.createBreaker(name, nil)
+	watches := startWatches(t, b)
+	targets := &frozenTargets{TargetSource: watches}
+	r := b.reconciler(b.c)
+	r.Targets = targets
+	b.drive(r, name, probe.Healthy)
+	var before client.Object
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		obj, found, cached := watches.Get(name, v1alpha1.MutatingWebhookConfiguration, b.cfg)
+		if cached && found {
+			before = obj
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the configuration's watch never served it")
+		}
+	}
+	targets.freeze(before)
+
+	b.health.set(name, probe.Unhealthy)
+	for i := range 4 {
+		if _, err := r.Reconcile(b.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		if !hasRecord(b.getConfig()) {
+			t.Fatalf("reconcile %d: the circuit is not open", i+1)
+		}
+		s := b.getBreaker(name).Status
+		if i == 0 {
+			continue // the open's own status may wait for the next
+		}
+		if s.State != v1alpha1.StateOpen || len(s.History) != 1 || s.History[0].ClosedAt != nil || s.DisarmedReason != "" {
+			t.Fatalf("reconcile %d on a watch that has not shown the open: state %s, disarmed %q, history %+v; want Open, one open window, not disarmed",
+				i+1, s.State, s.DisarmedReason, s.History)
+		}
+	}
+
+	targets.freeze(nil)
+	b.drive(r, name, probe.Healthy)
+	s := b.getBreaker(name).Status
+	if hasRecord(b.getConfig()) || s.State != v1alpha1.StateClosed || len(s.History) != 1 || s.History[0].CloseReason == policy.ReasonClosedExternally {
+		t.Fatalf("after recovery: state %s, history %+v; want Closed, one window closed by the recovery", s.State, s.History)
 	}
 }

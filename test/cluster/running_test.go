@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,6 +94,20 @@ func metricsReaderToken(t testing.TB) string {
 	} else if !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// The controller asks the API server whether a scraper may GET /metrics
+	// and keeps a refusal for 30 s: ask first, until the API server's RBAC
+	// has seen the binding.
+	eventually(t, 30*time.Second, "the API server allowing "+ns+"/"+sa+" GET /metrics", func(ctx context.Context) (bool, error) {
+		r, err := env.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:                  "system:serviceaccount:" + ns + ":" + sa,
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return r.Status.Allowed, fmt.Errorf("not allowed: %s", r.Status.Reason)
+	})
 	tr, err := env.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {

@@ -83,6 +83,7 @@ func testSeedExperiment(t *testing.T) {
 	if len(delayed.lat) == 0 || delayed.admitted != 0 {
 		t.Errorf("delayed Fail: %d of %d admitted before the configuration was rewritten, want at least one create, every one rejected at the webhook's timeout", delayed.admitted, len(delayed.lat))
 	}
+	admits(t, target, "admitted under Ignore", func(o outcome) bool { return o.admitted })
 	openIgnore := createConfigMaps(t, target, "open-ignore", creates)
 	if openIgnore.admitted != creates || openIgnore.mutated != 0 || openIgnore.p50() < time.Second {
 		t.Errorf("open Ignore: %d admitted, %d mutated, p50 %v; want all admitted unmutated after waiting the 1 s timeout", openIgnore.admitted, openIgnore.mutated, openIgnore.p50())
@@ -96,6 +97,7 @@ func testSeedExperiment(t *testing.T) {
 	fault = time.Now()
 	hook.setDelay(t, 2*time.Second)
 	bypassOpen := waitState(t, b.Name, v1alpha1.StateOpen, 2*time.Minute).Sub(fault)
+	admits(t, target, "admitted unmutated under Bypass", func(o outcome) bool { return o.admitted && !o.mutated })
 	openBypass := createConfigMaps(t, target, "open-bypass", creates)
 	if openBypass.admitted != creates || openBypass.mutated != 0 || openBypass.p50() >= time.Second {
 		t.Errorf("open Bypass: %d admitted, %d mutated, p50 %v; want all admitted unmutated without waiting for the webhook", openBypass.admitted, openBypass.mutated, openBypass.p50())
@@ -103,6 +105,7 @@ func testSeedExperiment(t *testing.T) {
 	healed = time.Now()
 	hook.setDelay(t, 0)
 	bypassClose := waitState(t, b.Name, v1alpha1.StateClosed, 2*time.Minute).Sub(healed)
+	admits(t, target, "mutated again", func(o outcome) bool { return o.mutated })
 	recovered := createConfigMaps(t, target, "recovered", creates)
 	if recovered.admitted != creates || recovered.mutated != creates {
 		t.Errorf("recovered: %d of %d admitted, %d mutated; want all admitted through the webhook", recovered.admitted, creates, recovered.mutated)
@@ -160,6 +163,22 @@ func createConfigMaps(t testing.TB, ns, name string, n int) phase {
 		p.add(createConfigMap(t, ns, fmt.Sprintf("%s-%d", name, i)))
 	}
 	return p
+}
+
+// admits waits until a dry-run create is what a phase expects: the API
+// server applies a configuration the controller wrote a moment after the
+// write, and a breaker's status is written right after the configuration.
+func admits(t testing.TB, ns, what string, want func(outcome) bool) {
+	t.Helper()
+	eventually(t, time.Minute, "a dry-run create "+what, func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dry-run", Namespace: ns}}
+		got, err := env.cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		o := outcome{admitted: err == nil}
+		if err == nil {
+			o.mutated = got.Labels[defaulthook.InjectedLabel] == "true"
+		}
+		return want(o), fmt.Errorf("admitted %t, mutated %t (%v)", o.admitted, o.mutated, err)
+	})
 }
 
 // createConfigMap times one create through the API server; mutated says
