@@ -171,28 +171,29 @@ func createConfigMaps(t testing.TB, ns, name string, n int) phase {
 func admits(t testing.TB, ns, what string, want func(outcome) bool) {
 	t.Helper()
 	eventually(t, time.Minute, "a dry-run create "+what, func(ctx context.Context) (bool, error) {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dry-run", Namespace: ns}}
-		got, err := env.cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		o := outcome{admitted: err == nil}
-		if err == nil {
-			o.mutated = got.Labels[defaulthook.InjectedLabel] == "true"
-		}
+		o, err := create(ctx, ns, "dry-run", metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return want(o), fmt.Errorf("admitted %t, mutated %t (%v)", o.admitted, o.mutated, err)
 	})
 }
 
-// createConfigMap times one create through the API server; mutated says
-// whether the object came back with the webhook's label.
+// createConfigMap times one create through the API server.
 func createConfigMap(t testing.TB, ns, name string) outcome {
 	t.Helper()
+	o, _ := create(t.Context(), ns, name, metav1.CreateOptions{})
+	return o
+}
+
+// create makes one ConfigMap as opts say; mutated says whether it came
+// back with the webhook's label.
+func create(ctx context.Context, ns, name string, opts metav1.CreateOptions) (outcome, error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	began := time.Now()
-	got, err := env.cs.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
+	got, err := env.cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, opts)
 	o := outcome{lat: time.Since(began), admitted: err == nil}
 	if err == nil {
 		o.mutated = got.Labels[defaulthook.InjectedLabel] == "true"
 	}
-	return o
+	return o, err
 }
 
 func setOpenAction(t testing.TB, name string, a v1alpha1.OpenAction) {
