@@ -201,7 +201,7 @@ func (c *checker) owner(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Resolve
 	if cfg.Index(b.Spec.Target.WebhookName) < 0 {
 		return
 	}
-	v := owners.Judge(cfg.Object, b.Spec.Target.WebhookName, spec.Action, spec.HalfOpen != nil)
+	v := owners.Judge(cfg.Object, b.Spec.Target.WebhookName, spec.Action, spec.HalfOpen != nil, policy.LastOwned(b))
 	switch v.Reason {
 	case owners.ReasonUndoesOpen:
 		add(CheckOwner, Problem, "%s", v.Message)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/jsonpatch"
 )
@@ -94,42 +92,23 @@ func OpenAllPatch(cfg *Configuration, recs []v1alpha1.CircuitRecord) ([]byte, []
 // openOps are the operations that open rec.Webhook's circuit, its name
 // test first, and the completed record.
 func openOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, v1alpha1.CircuitRecord, error) {
-	webhook := rec.Webhook
-	i := cfg.Index(webhook)
+	i := cfg.Index(rec.Webhook)
 	if i < 0 {
-		return nil, rec, fmt.Errorf("%w: %q", ErrWebhookNotFound, webhook)
+		return nil, rec, fmt.Errorf("%w: %q", ErrWebhookNotFound, rec.Webhook)
+	}
+	row := actionOf(rec.Action, false)
+	if row == nil {
+		return nil, rec, fmt.Errorf("openAction %q is not Ignore or Bypass", rec.Action)
 	}
 	w := cfg.Webhooks[i]
 	if w.FailurePolicy != nil {
 		rec.OriginalFailurePolicy = new(string(*w.FailurePolicy))
 	}
-	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: w.Name}}
-	switch rec.Action {
-	case v1alpha1.OpenActionIgnore:
-		rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
-		if w.FailurePolicy != nil {
-			ops = append(ops, operation{Op: "test", Path: webhookPath(i, "failurePolicy"), Value: string(*w.FailurePolicy)})
-		}
-		ops = append(ops, operation{Op: "add", Path: webhookPath(i, "failurePolicy"), Value: rec.SetFailurePolicy})
-	case v1alpha1.OpenActionBypass:
-		if conditionIndex(w.MatchConditions, MatchConditionName) >= 0 {
-			return nil, rec, fmt.Errorf("%w: webhook %q already has a matchCondition named %s that tripswitch has no record of", ErrCannotBypass, webhook, MatchConditionName)
-		}
-		if len(w.MatchConditions) >= maxMatchConditions {
-			return nil, rec, fmt.Errorf("%w: webhook %q already has the maximum of %d matchConditions", ErrCannotBypass, webhook, maxMatchConditions)
-		}
-		rec.MatchCondition = MatchConditionName
-		cond := admissionregistrationv1.MatchCondition{Name: MatchConditionName, Expression: MatchConditionExpression}
-		if len(w.MatchConditions) == 0 {
-			rec.MatchConditionsWereUnset = true
-			ops = append(ops, operation{Op: "add", Path: webhookPath(i, "matchConditions"), Value: []admissionregistrationv1.MatchCondition{cond}})
-		} else {
-			ops = append(ops, operation{Op: "add", Path: webhookPath(i, "matchConditions") + "/-", Value: cond})
-		}
-	default:
-		return nil, rec, fmt.Errorf("openAction %q is not Ignore or Bypass", rec.Action)
+	ops, err := row.open(w, i, &rec)
+	if err != nil {
+		return nil, rec, err
 	}
-	return ops, rec, nil
+	return append([]operation{{Op: "test", Path: webhookPath(i, "name"), Value: w.Name}}, ops...), rec, nil
 }
 
 // ClosePatch builds the single patch that restores what rec says tripswitch
@@ -179,18 +158,8 @@ func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, erro
 	if !s.Intact() {
 		return nil, fmt.Errorf("close webhook %q: its %s change is no longer in place", webhook, rec.Action)
 	}
-	i := s.Index
-	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: cfg.Webhooks[i].Name}}
-	switch rec.Action {
-	case v1alpha1.OpenActionIgnore:
-		ops = append(ops, restorePolicy(i, rec.SetFailurePolicy, rec.OriginalFailurePolicy)...)
-	case v1alpha1.OpenActionBypass:
-		ops = append(ops, removeCondition(s, rec)...)
-		if t := rec.Trial; t != nil {
-			// Closing from a trial also ends its failurePolicy.
-			ops = append(ops, restorePolicy(i, t.SetFailurePolicy, rec.OriginalFailurePolicy)...)
-		}
-	}
+	ops := []operation{{Op: "test", Path: webhookPath(s.Index, "name"), Value: cfg.Webhooks[s.Index].Name}}
+	ops = append(ops, recordAction(&rec).close(s, rec)...)
 	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }
 

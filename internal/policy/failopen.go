@@ -5,7 +5,6 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // checkAlreadyFailOpen: the webhook already fails open the way this breaker
@@ -19,7 +18,7 @@ func checkAlreadyFailOpen(in Input) (Decision, bool) {
 		!in.State.FailsOpenWithoutRecord(in.Action) {
 		return Decision{}, false
 	}
-	d := Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Rearm: in.Disarmed && in.Health.Verdict == probe.VerdictHealthy}
+	d := Decision{Reason: ReasonAlreadyFailOpen, Refused: true}
 	switch in.Action {
 	case v1alpha1.OpenActionIgnore:
 		d.Message = "the webhook's failurePolicy is already Ignore, set without tripswitch, so openAction Ignore can change nothing: " +

@@ -1,0 +1,229 @@
+package circuit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+)
+
+// Field is a field of a webhook entry that an open action changes.
+type Field uint8
+
+// Fields an open action changes.
+const (
+	// FieldFailurePolicy is the entry's failurePolicy.
+	FieldFailurePolicy Field = 1 << iota
+	// FieldMatchCondition is tripswitch's matchCondition in the entry.
+	FieldMatchCondition
+)
+
+// Has reports whether f includes g.
+func (f Field) Has(g Field) bool { return f&g != 0 }
+
+// change is one field as an open left it: the field, whether it is still so
+// on a webhook, and what a message says of it when it is not.
+type change struct {
+	field Field
+	holds func(Webhook) bool
+	gone  func(Webhook) string
+}
+
+// action is one way tripswitch fails a webhook open: one row of the table
+// below. It says what the open writes, what closing it restores, which
+// fields it changes (what an owner must put back to undo it), what
+// "intact" means (every change still holds), whether a webhook already
+// fails open that way without tripswitch, and what it costs in writes to
+// the configuration. Adding an action is adding a row; every part of
+// tripswitch that asks about an action asks the table.
+type action struct {
+	name v1alpha1.OpenAction
+	// trial: the row is a half-open trial on an open Bypass circuit.
+	trial bool
+	// fields are the fields it changes.
+	fields Field
+	// writes is what it costs: the open and the close, or a trial's start
+	// and end.
+	writes int
+	// changes are what must still hold on the webhook for rec's open to be
+	// intact.
+	changes func(rec *v1alpha1.CircuitRecord) []change
+	// open adds the operations that open webhook i (w) to ops and fills in
+	// what rec records of it.
+	open func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error)
+	// close returns the operations that give back what rec changed on s's
+	// webhook (intact).
+	close func(s State, rec v1alpha1.CircuitRecord) []operation
+	// failsOpen reports whether w already fails open this way with no
+	// record of tripswitch's.
+	failsOpen func(w Webhook) bool
+}
+
+// actions is the table: Ignore, Bypass, and a trial on Bypass.
+var actions = []action{
+	{
+		name: v1alpha1.OpenActionIgnore, fields: FieldFailurePolicy, writes: 2,
+		changes: func(rec *v1alpha1.CircuitRecord) []change { return []change{policyChange(rec.SetFailurePolicy)} },
+		open: func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error) {
+			rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
+			var ops []operation
+			if w.FailurePolicy != nil {
+				ops = append(ops, operation{Op: "test", Path: webhookPath(i, "failurePolicy"), Value: string(*w.FailurePolicy)})
+			}
+			return append(ops, operation{Op: "add", Path: webhookPath(i, "failurePolicy"), Value: rec.SetFailurePolicy}), nil
+		},
+		close: func(s State, rec v1alpha1.CircuitRecord) []operation {
+			return restorePolicy(s.Index, rec.SetFailurePolicy, rec.OriginalFailurePolicy)
+		},
+		failsOpen: func(w Webhook) bool {
+			return w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Ignore
+		},
+	},
+	{
+		name: v1alpha1.OpenActionBypass, fields: FieldMatchCondition, writes: 2,
+		changes: func(rec *v1alpha1.CircuitRecord) []change {
+			return []change{conditionChange(rec.MatchCondition, MatchConditionExpression)}
+		},
+		open: func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error) {
+			if conditionIndex(w.MatchConditions, MatchConditionName) >= 0 {
+				return nil, fmt.Errorf("%w: webhook %q already has a matchCondition named %s that tripswitch has no record of", ErrCannotBypass, w.Name, MatchConditionName)
+			}
+			if len(w.MatchConditions) >= maxMatchConditions {
+				return nil, fmt.Errorf("%w: webhook %q already has the maximum of %d matchConditions", ErrCannotBypass, w.Name, maxMatchConditions)
+			}
+			rec.MatchCondition = MatchConditionName
+			cond := admissionregistrationv1.MatchCondition{Name: MatchConditionName, Expression: MatchConditionExpression}
+			if len(w.MatchConditions) == 0 {
+				rec.MatchConditionsWereUnset = true
+				return []operation{{Op: "add", Path: webhookPath(i, "matchConditions"), Value: []admissionregistrationv1.MatchCondition{cond}}}, nil
+			}
+			return []operation{{Op: "add", Path: webhookPath(i, "matchConditions") + "/-", Value: cond}}, nil
+		},
+		close: func(s State, rec v1alpha1.CircuitRecord) []operation { return removeCondition(s, rec) },
+		failsOpen: func(w Webhook) bool {
+			return conditionIndex(w.MatchConditions, MatchConditionName) >= 0
+		},
+	},
+	{
+		// A trial: the Bypass matchCondition samples instead of skipping,
+		// and the webhook's failurePolicy is Ignore for the sample. It
+		// opens and ends as TrialPatch and EndTrialPatch say; a close from
+		// a trial gives back both.
+		name: v1alpha1.OpenActionBypass, trial: true, fields: FieldMatchCondition | FieldFailurePolicy, writes: 2,
+		changes: func(rec *v1alpha1.CircuitRecord) []change {
+			return []change{conditionChange(rec.MatchCondition, rec.Trial.Expression), policyChange(rec.Trial.SetFailurePolicy)}
+		},
+		close: func(s State, rec v1alpha1.CircuitRecord) []operation {
+			return append(removeCondition(s, rec), restorePolicy(s.Index, rec.Trial.SetFailurePolicy, rec.OriginalFailurePolicy)...)
+		},
+		failsOpen: func(Webhook) bool { return false },
+	},
+}
+
+// actionOf is the row for an open action, in a trial or not; nil for an
+// action the table does not have.
+func actionOf(a v1alpha1.OpenAction, trial bool) *action {
+	for i := range actions {
+		if actions[i].name == a && actions[i].trial == trial {
+			return &actions[i]
+		}
+	}
+	return nil
+}
+
+// recordAction is the row that made rec.
+func recordAction(rec *v1alpha1.CircuitRecord) *action {
+	return actionOf(rec.Action, rec.Trial != nil)
+}
+
+// Changes are the fields of the webhook entry that an open with action a
+// changes (and a half-open trial on it, when trial): what a writer must put
+// back to undo the open. None for an action tripswitch does not know.
+func Changes(a v1alpha1.OpenAction, trial bool) Field {
+	f := Field(0)
+	if row := actionOf(a, false); row != nil {
+		f = row.fields
+	}
+	if trial {
+		if row := actionOf(a, true); row != nil {
+			f |= row.fields
+		}
+	}
+	return f
+}
+
+// Cost is how many writes to the configuration an open with action a
+// costs: its open and its close.
+func Cost(a v1alpha1.OpenAction) int {
+	if row := actionOf(a, false); row != nil {
+		return row.writes
+	}
+	return 0
+}
+
+// FieldNames says fields as a message does.
+func (f Field) String() string {
+	var out []string
+	if f.Has(FieldFailurePolicy) {
+		out = append(out, "failurePolicy")
+	}
+	if f.Has(FieldMatchCondition) {
+		out = append(out, "matchCondition "+MatchConditionName)
+	}
+	return strings.Join(out, " and ")
+}
+
+func policyChange(set string) change {
+	return change{
+		field: FieldFailurePolicy,
+		holds: func(w Webhook) bool { return w.FailurePolicy != nil && string(*w.FailurePolicy) == set },
+		gone: func(w Webhook) string {
+			policy := "unset"
+			if w.FailurePolicy != nil {
+				policy = string(*w.FailurePolicy)
+			}
+			return "failurePolicy is " + policy + " again"
+		},
+	}
+}
+
+func conditionChange(name, expr string) change {
+	return change{
+		field: FieldMatchCondition,
+		holds: func(w Webhook) bool {
+			j := conditionIndex(w.MatchConditions, name)
+			return j >= 0 && w.MatchConditions[j].Expression == expr
+		},
+		gone: func(w Webhook) string {
+			if conditionIndex(w.MatchConditions, name) < 0 {
+				return "matchCondition " + name + " is gone"
+			}
+			return "matchCondition " + name + "'s expression was changed"
+		},
+	}
+}
+
+// undoneChanges are the parts of rec's open that no longer hold on w, and
+// the fields they are.
+func undoneChanges(rec *v1alpha1.CircuitRecord, w Webhook) ([]string, Field) {
+	row := recordAction(rec)
+	if row == nil {
+		return []string{fmt.Sprintf("action %q is not one tripswitch writes", rec.Action)}, 0
+	}
+	var gone []string
+	var fields Field
+	for _, c := range row.changes(rec) {
+		if !c.holds(w) {
+			gone = append(gone, c.gone(w))
+			fields |= c.field
+		}
+	}
+	return gone, fields
+}
+
+func conditionIndex(conds []admissionregistrationv1.MatchCondition, name string) int {
+	return slices.IndexFunc(conds, func(c admissionregistrationv1.MatchCondition) bool { return c.Name == name })
+}
