@@ -30,7 +30,7 @@ func Up(ctx context.Context, l Layout, w io.Writer) error {
 		step("a cluster is already up (%s); `make cluster-down` stops it", l.Data)
 		return nil
 	}
-	if err := Preflight(l); err != nil {
+	if err := CheckHost(l); err != nil {
 		return err
 	}
 	for _, dir := range []string{l.Data, l.State} {

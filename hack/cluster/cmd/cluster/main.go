@@ -3,7 +3,7 @@
 //	cluster up          start it; returns once the node is Ready and DNS answers
 //	cluster down        stop it and remove everything it made
 //	cluster leftovers   list what a cluster left on this machine (exit 1 if any)
-//	cluster preflight   say what keeps this machine from running one (exit 1 if any)
+//	cluster hostcheck   say what keeps this machine from running one (exit 1 if any)
 //	cluster running     exit 0 if a cluster is running, 1 if not
 //	cluster kubeconfig  print the administrator's kubeconfig path
 package main
@@ -22,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up|down|leftovers|preflight|running|kubeconfig")
+		fmt.Fprintln(os.Stderr, "usage: cluster up|down|leftovers|hostcheck|running|kubeconfig")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,8 +53,8 @@ func run(ctx context.Context, verb string) error {
 			return fmt.Errorf("a cluster left:\n  - %s", strings.Join(left, "\n  - "))
 		}
 		fmt.Println("nothing of a cluster is left on this machine")
-	case "preflight":
-		if err := cluster.Preflight(l); err != nil {
+	case "hostcheck":
+		if err := cluster.CheckHost(l); err != nil {
 			return err
 		}
 		fmt.Println("this machine can run the cluster")
@@ -66,7 +66,7 @@ func run(ctx context.Context, verb string) error {
 	case "kubeconfig":
 		fmt.Println(l.Kubeconfig())
 	default:
-		return fmt.Errorf("unknown command %q (up, down, leftovers, preflight, running, kubeconfig)", verb)
+		return fmt.Errorf("unknown command %q (up, down, leftovers, hostcheck, running, kubeconfig)", verb)
 	}
 	return nil
 }
