@@ -70,6 +70,10 @@ type Layout struct {
 	State string
 	// Cache is the per-user build cache of hack/tools (…/.cache/tripswitch).
 	Cache string
+	// Root is prefixed to the paths fixed in the components' code that
+	// Down cleans and Leftovers checks (/var/lib/kubelet/…,
+	// /var/log/containers, …); "" is the host's /. Tests set it.
+	Root string
 }
 
 // DefaultLayout is /var/lib/tripswitch-cluster and /run/tripswitch-cluster,
@@ -121,6 +125,9 @@ func (l Layout) Bin(name string) string {
 		return filepath.Join(l.Cache, "k8s", KubeVersion, name)
 	}
 }
+
+// host is a path fixed in a component's code, under Root.
+func (l Layout) host(path string) string { return filepath.Join("/", l.Root, path) }
 
 func (l Layout) pki(name string) string     { return filepath.Join(l.Data, "pki", name) }
 func (l Layout) log(name string) string     { return filepath.Join(l.Data, "logs", name+".log") }

@@ -176,6 +176,9 @@ func node(l Layout) []component {
 		{name: "kubelet", bin: l.Bin("kubelet"), args: []string{
 			"--config=" + l.componentConfig("kubelet.yaml"), "--kubeconfig=" + filepath.Join(l.Data, "kubelet.kubeconfig"),
 			"--root-dir=" + filepath.Join(l.Data, "kubelet"), "--hostname-override=" + NodeName, "--node-ip=" + NodeIP.String(),
+			// Its serving certificate and key: under /var/lib/kubelet/pki
+			// otherwise, whatever --root-dir says.
+			"--cert-dir=" + l.pki("kubelet"),
 		}},
 		{name: "kube-proxy", bin: l.Bin("kube-proxy"), args: []string{"--config=" + l.componentConfig("kube-proxy.yaml")}},
 	}
