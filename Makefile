@@ -1,6 +1,7 @@
 # tripswitch — see README.md. Every target installs what it needs itself.
 
 KUBE_VERSION         ?= v1.37.2
+HELM_VERSION         ?= v4.3.2
 CONTROLLER_TOOLS     ?= v0.23.0
 STATICCHECK          ?= v0.8.2
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
@@ -29,7 +30,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # requires a running one, skip leaves test/cluster out and says so.
 CLUSTER              ?= auto
 
-.PHONY: all help tools test test-short test-e2e test-cluster cluster-tools cluster cluster-down lint generate verify build release demo run bench harness
+.PHONY: all help tools helm test test-short test-e2e test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
 
 # The end-to-end packages of the test module: the controller as a process,
 # Helm and kustomize installs, failover. They take most of `make test`'s time.
@@ -44,6 +45,10 @@ help:
 ## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
 tools:
 	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
+
+## helm: build the Helm CLI from its Go module into bin/helm (cached by version)
+helm:
+	@HELM_VERSION=$(HELM_VERSION) hack/tools/build-helm.sh
 
 ## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
@@ -77,6 +82,24 @@ cluster-tools: tools
 ## cluster: a single-node Kubernetes v1.37.2 as local processes (root); returns once the node is Ready and DNS answers
 cluster: cluster-tools
 	bin/cluster up
+
+## cluster-images: build the controller image (make release for linux/amd64) and the sample webhook's, and import both into the running cluster
+LOCAL_VERSION := v0.0.0-local
+cluster-images:
+	@$(MAKE) --no-print-directory release VERSION=$(LOCAL_VERSION) PLATFORMS=linux/amd64 RELEASE_OUT=out/cluster-release
+	bin/cluster import out/cluster-release/tripswitch-$(LOCAL_VERSION).oci.tar $(REPOSITORY):$(LOCAL_VERSION)
+	cd test && CGO_ENABLED=0 go build -trimpath -o $(CURDIR)/bin/hookserver ./cluster/hookserver
+	bin/cluster image tripswitch.test/hookserver:local bin/hookserver
+
+## demo-cluster: `make demo`'s experiment in `make cluster` (brought up and taken down if none runs): the webhook a Deployment behind a Service, tripswitch installed by Helm
+demo-cluster: cluster-tools helm
+	@hack/cluster/demo.sh
+
+## cluster-sample: the sample webhook of config/samples/cluster in the running cluster (certificate, Secret, Deployment, Service, PDB, configuration, breaker); cluster-sample-down deletes it
+cluster-sample:
+	@KUBE_VERSION=$(KUBE_VERSION) hack/cluster/sample.sh
+cluster-sample-down:
+	@DOWN=1 KUBE_VERSION=$(KUBE_VERSION) hack/cluster/sample.sh
 
 ## cluster-down: stop the cluster, remove everything it made, and check that nothing is left
 cluster-down:
@@ -127,12 +150,14 @@ build:
 	go run ./hack/checkstatic bin/tripswitch
 	bin/tripswitch --version
 
-## release: image index (amd64+arm64, OCI layout), chart, install.yaml and SHA256SUMS in dist/ (VERSION=vX.Y.Z, offline)
+## release: image index (amd64+arm64, or PLATFORMS=linux/amd64 for a local cluster), chart, install.yaml and SHA256SUMS in dist/ (VERSION=vX.Y.Z, offline)
 REPOSITORY ?= ghcr.io/tripswitch-dev/tripswitch
+PLATFORMS  ?= linux/amd64,linux/arm64
+RELEASE_OUT ?= dist
 release:
 	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "make release needs VERSION=vX.Y.Z (got $(VERSION))"; exit 1;; esac
 	cd hack/release && go build -o $(CURDIR)/bin/release .
-	bin/release -version $(VERSION) -repository $(REPOSITORY) -out dist
+	bin/release -version $(VERSION) -repository $(REPOSITORY) -platforms $(PLATFORMS) -out $(RELEASE_OUT)
 
 ## demo: the delayed-webhook experiment on a real API server (Ignore, Bypass, then Ignore with the API server signal)
 demo: tools
