@@ -71,7 +71,7 @@ test-e2e: tools
 	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $(E2E_PACKAGES)
 
 ## test-cluster: test/cluster on the local cluster (CLUSTER=auto brings one up and takes it down after; use: a running one; skip: say so and pass)
-test-cluster: cluster-tools
+test-cluster: cluster-tools helm
 	@CLUSTER=$(CLUSTER) GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/cluster/test.sh
 
 ## cluster-tools: build what `make cluster` runs (controller manager, scheduler, kubelet, kube-proxy, kubectl, containerd, CoreDNS, pause; cached by version)

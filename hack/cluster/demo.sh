@@ -16,8 +16,8 @@ if ! bin/cluster running >/dev/null 2>&1; then
 fi
 down() { if [ -n "$started" ]; then bin/cluster down; fi; }
 trap down EXIT
-KUBECONFIG=$(bin/cluster kubeconfig)
-export KUBECONFIG
+KUBECONFIG=$(bin/cluster kubeconfig) KUBECACHEDIR=$(bin/cluster kubecachedir)
+export KUBECONFIG KUBECACHEDIR
 make --no-print-directory cluster-images
 bin/helm upgrade --install tripswitch charts/tripswitch -n tripswitch-system --create-namespace \
 	-f hack/cluster/values-local.yaml --wait --timeout 5m

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,6 +52,9 @@ var fixedDirs = []string{
 	containerLogLinks,
 	filepath.Dir(devicePluginSocket), defaultKubeletCertDir, "/var/lib/kubelet",
 	"/var/lib/cni/networks/" + cniNetwork, "/var/lib/cni/networks", cniResults, "/var/lib/cni",
+	// util-linux's mount, which the kubelet runs for volumes, keeps its
+	// table of userspace mount options there.
+	"/run/mount",
 }
 
 // cniNetwork is the pod network's name in its CNI configuration.
@@ -181,7 +185,7 @@ func unmountUnder(dirs ...string) error {
 func removeFixedPaths(l Layout) error {
 	var errs []error
 	for _, p := range clusterFilesAtFixedPaths(l) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -215,6 +219,14 @@ func clusterFilesAtFixedPaths(l Layout) []string {
 			if strings.HasPrefix(e.Name(), cniNetwork+"-") {
 				files = append(files, filepath.Join(l.host(cniResults), e.Name()))
 			}
+		}
+	}
+	// kubectl's discovery cache of the cluster's API server, named for its
+	// address, where a kubectl run without KUBECACHEDIR keeps it.
+	if home, err := os.UserHomeDir(); err == nil {
+		d := filepath.Join(l.host(home), ".kube", "cache", "discovery", strings.ReplaceAll(net.JoinHostPort(NodeIP.String(), fmt.Sprint(APIServerPort)), ":", "_"))
+		if _, err := os.Stat(d); err == nil {
+			files = append(files, d)
 		}
 	}
 	crt := filepath.Join(l.host(defaultKubeletCertDir), "kubelet.crt")

@@ -55,12 +55,19 @@ func TestFixedPathsAreSeenAndRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(l.host(cniResults+"/"+cniNetwork+"-0123-eth0"), []byte("{}"))
+	// kubectl's discovery cache of the cluster's API server.
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	discovery := l.host(filepath.Join(home, ".kube/cache/discovery/10.244.0.1_6443"))
+	write(discovery+"/v1/serverresources.json", []byte("{}"))
 
 	left := strings.Join(Leftovers(l), "\n")
 	for _, want := range []string{
 		"file " + l.host(defaultKubeletCertDir+"/kubelet.crt"), "file " + l.host(defaultKubeletCertDir+"/kubelet.key"),
 		"file " + l.host(devicePluginSocket), "file " + l.host(containerLogLinks+"/x.log"),
-		"file " + l.host(cniResults+"/"+cniNetwork+"-0123-eth0"),
+		"file " + l.host(cniResults+"/"+cniNetwork+"-0123-eth0"), "file " + discovery,
 	} {
 		if !strings.Contains(left, want) {
 			t.Errorf("Leftovers does not list %q; it lists:\n%s", want, left)

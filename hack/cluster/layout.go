@@ -107,6 +107,11 @@ func envOr(name, def string) string {
 	return def
 }
 
+// KubeCacheDir is where kubectl and Helm keep their discovery and HTTP
+// caches of this cluster (KUBECACHEDIR; by default ~/.kube/cache), so that
+// they go with it.
+func (l Layout) KubeCacheDir() string { return filepath.Join(l.State, "kube-cache") }
+
 // Kubeconfig is the administrator's kubeconfig (system:masters).
 func (l Layout) Kubeconfig() string { return filepath.Join(l.Data, "admin.kubeconfig") }
 

@@ -8,6 +8,8 @@
 # make cluster-sample-down (DOWN=1) deletes it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+KUBECACHEDIR=$(bin/cluster kubecachedir)
+export KUBECACHEDIR
 kubectl="bin/k8s/${KUBE_VERSION:?}/kubectl --kubeconfig $(bin/cluster kubeconfig)"
 if [ -n "${DOWN:-}" ]; then
 	$kubectl delete --ignore-not-found --wait -f config/samples/cluster/breaker.yaml

@@ -32,6 +32,8 @@ if ! bin/cluster running >/dev/null 2>&1; then
 	started=1
 fi
 
+KUBECACHEDIR=$(bin/cluster kubecachedir)
+export KUBECACHEDIR
 echo "== module test, package cluster (on the local cluster)"
 rc=0
 (cd test && go test -race -count=1 -timeout 40m ${GO_TEST_FLAGS:-} ./cluster/...) || rc=$?

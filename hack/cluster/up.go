@@ -202,9 +202,10 @@ func importSystemImages(l Layout) error {
 	return nil
 }
 
-// kubectl runs the cached kubectl as the administrator.
+// kubectl runs the cached kubectl as the administrator, its discovery and
+// HTTP caches under State (else ~/.kube/cache).
 func kubectl(l Layout, stdin io.Reader, args ...string) error {
-	cmd := exec.Command(l.Bin("kubectl"), append([]string{"--kubeconfig", l.Kubeconfig()}, args...)...)
+	cmd := exec.Command(l.Bin("kubectl"), append([]string{"--kubeconfig", l.Kubeconfig(), "--cache-dir", l.KubeCacheDir()}, args...)...)
 	cmd.Stdin = stdin
 	out, err := cmd.CombinedOutput()
 	if err != nil {

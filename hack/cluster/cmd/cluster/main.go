@@ -6,6 +6,9 @@
 //	cluster hostcheck   say what keeps this machine from running one (exit 1 if any)
 //	cluster running     exit 0 if a cluster is running, 1 if not
 //	cluster kubeconfig  print the administrator's kubeconfig path
+//	cluster kubecachedir
+//	                    print where kubectl and Helm keep this cluster's caches
+//	                    (KUBECACHEDIR), so that they go with it
 //	cluster image REF BINARY
 //	                    build a one-file image of a static binary (entrypoint
 //	                    /NAME, user 65532) and import it into the node
@@ -32,7 +35,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up|down|leftovers|hostcheck|running|kubeconfig|image REF BINARY|import ARCHIVE [INDEX-NAME]|serving-cert NAME NAMESPACE DIR")
+		fmt.Fprintln(os.Stderr, "usage: cluster up|down|leftovers|hostcheck|running|kubeconfig|kubecachedir|image REF BINARY|import ARCHIVE [INDEX-NAME]|serving-cert NAME NAMESPACE DIR")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -110,8 +113,10 @@ func run(ctx context.Context, verb string, args []string) error {
 		fmt.Println("a cluster is running; KUBECONFIG=" + l.Kubeconfig())
 	case "kubeconfig":
 		fmt.Println(l.Kubeconfig())
+	case "kubecachedir":
+		fmt.Println(l.KubeCacheDir())
 	default:
-		return fmt.Errorf("unknown command %q (up, down, leftovers, hostcheck, running, kubeconfig, image, import, serving-cert)", verb)
+		return fmt.Errorf("unknown command %q (up, down, leftovers, hostcheck, running, kubeconfig, kubecachedir, image, import, serving-cert)", verb)
 	}
 	return nil
 }
