@@ -1,8 +1,8 @@
 # tripswitch — see README.md. Every target installs what it needs itself.
 
-KUBE_VERSION         ?= v1.37.2
-CONTROLLER_TOOLS     ?= v0.23.0
-STATICCHECK          ?= v0.8.2
+# Every pinned version (Kubernetes, etcd, containerd, CoreDNS, pause, Helm,
+# controller-tools, staticcheck): one file, which the scripts source too.
+include hack/versions/versions.env
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # The end-to-end package runs the controller through outages, kills and
@@ -22,7 +22,7 @@ LIB_MODULES          := breaker limit breakerhttp breakergrpc breakerprom access
 # command.
 DEV_MODULES          := test hack/release hack/cluster cmd/tripswitch-demo
 
-CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 # How `make test` gets the cluster test/cluster runs in: auto brings one up
 # if none runs and takes it down after (one it found running stays), use
@@ -39,11 +39,11 @@ all: lint test
 
 ## help: list the targets, one line each
 help:
-	@grep -E '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
-## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
+## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version; KUBE_VERSION=vX.Y.Z for another release)
 tools:
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
+	@hack/tools/build.sh $(KUBE_VERSION)
 
 ## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
@@ -71,10 +71,10 @@ test-cluster: cluster-tools
 
 ## cluster-tools: build what `make cluster` runs (controller manager, scheduler, kubelet, kube-proxy, kubectl, containerd, CoreDNS, pause; cached by version)
 cluster-tools: tools
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build-cluster.sh
+	@hack/tools/build-cluster.sh
 	@cd hack/cluster && go build -o $(CURDIR)/bin/cluster ./cmd/cluster
 
-## cluster: a single-node Kubernetes v1.37.2 as local processes (root); returns once the node is Ready and DNS answers
+## cluster: a single-node Kubernetes (KUBE_VERSION of hack/versions/versions.env) as local processes (root); returns once the node is Ready and DNS answers
 cluster: cluster-tools
 	bin/cluster up
 
@@ -88,8 +88,8 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
-	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
 ## bench: tripswitch's breaker and limits and their peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
 bench:

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tripswitch-dev/tripswitch/hack/versions"
 	"github.com/tripswitch-dev/tripswitch/internal/demo"
 )
 
@@ -63,5 +64,5 @@ func defaultAssets() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	return filepath.Join("bin", "k8s", "v1.37.2")
+	return filepath.Join("bin", "k8s", versions.Kube)
 }
