@@ -1,9 +1,8 @@
 # tripswitch — see README.md. Every target installs what it needs itself.
 
-KUBE_VERSION         ?= v1.37.2
-HELM_VERSION         ?= v4.3.2
-CONTROLLER_TOOLS     ?= v0.23.0
-STATICCHECK          ?= v0.8.2
+# Every pinned version (Kubernetes, etcd, containerd, CoreDNS, pause, Helm,
+# controller-tools, staticcheck): one file, which the scripts source too.
+include hack/versions/versions.env
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # The end-to-end package runs the controller through outages, kills and
@@ -23,7 +22,7 @@ LIB_MODULES          := breaker limit breakerhttp breakergrpc breakerprom access
 # command.
 DEV_MODULES          := test hack/release hack/cluster cmd/tripswitch-demo
 
-CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 # How `make test` gets the cluster test/cluster runs in: auto brings one up
 # if none runs and takes it down after (one it found running stays), use
@@ -40,15 +39,15 @@ all: lint test
 
 ## help: list the targets, one line each
 help:
-	@grep -E '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
-## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
+## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version; KUBE_VERSION=vX.Y.Z for another release)
 tools:
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
+	@hack/tools/build.sh $(KUBE_VERSION)
 
-## helm: build the Helm CLI from its Go module into bin/helm (cached by version)
+## helm: build the Helm CLI (HELM_VERSION of hack/versions/versions.env) from its Go module into bin/helm (cached by version)
 helm:
-	@HELM_VERSION=$(HELM_VERSION) hack/tools/build-helm.sh
+	@hack/tools/build-helm.sh
 
 ## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
@@ -76,15 +75,16 @@ test-cluster: cluster-tools helm
 
 ## cluster-tools: build what `make cluster` runs (controller manager, scheduler, kubelet, kube-proxy, kubectl, containerd, CoreDNS, pause; cached by version)
 cluster-tools: tools
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build-cluster.sh
+	@hack/tools/build-cluster.sh
 	@cd hack/cluster && go build -o $(CURDIR)/bin/cluster ./cmd/cluster
 
-## cluster: a single-node Kubernetes v1.37.2 as local processes (root); returns once the node is Ready and DNS answers
+## cluster: a single-node Kubernetes (KUBE_VERSION of hack/versions/versions.env) as local processes (root); returns once the node is Ready and DNS answers
 cluster: cluster-tools
 	bin/cluster up
 
 ## cluster-images: build the controller image (make release for linux/amd64) and the sample webhook's, and import both into the running cluster
-LOCAL_VERSION := v0.0.0-local
+# The image tag the chart's local values name (hack/cluster/values-local.yaml).
+LOCAL_VERSION := $(shell sed -n 's/^  tag: //p' hack/cluster/values-local.yaml)
 cluster-images:
 	@$(MAKE) --no-print-directory release VERSION=$(LOCAL_VERSION) PLATFORMS=linux/amd64 RELEASE_OUT=out/cluster-release
 	bin/cluster import out/cluster-release/tripswitch-$(LOCAL_VERSION).oci.tar $(REPOSITORY):$(LOCAL_VERSION)
@@ -97,9 +97,9 @@ demo-cluster: cluster-tools helm
 
 ## cluster-sample: the sample webhook of config/samples/cluster in the running cluster (certificate, Secret, Deployment, Service, PDB, configuration, breaker); cluster-sample-down deletes it
 cluster-sample:
-	@KUBE_VERSION=$(KUBE_VERSION) hack/cluster/sample.sh
+	@hack/cluster/sample.sh
 cluster-sample-down:
-	@DOWN=1 KUBE_VERSION=$(KUBE_VERSION) hack/cluster/sample.sh
+	@DOWN=1 hack/cluster/sample.sh
 
 ## cluster-down: stop the cluster, remove everything it made, and check that nothing is left
 cluster-down:
@@ -111,8 +111,8 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
-	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
 ## bench: tripswitch's breaker and limits and their peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
 bench:

@@ -22,6 +22,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tripswitch-dev/tripswitch/hack/versions"
 	"github.com/tripswitch-dev/tripswitch/internal/demo"
 )
 
@@ -108,5 +109,5 @@ func defaultAssets() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	return filepath.Join("bin", "k8s", "v1.37.2")
+	return filepath.Join("bin", "k8s", versions.Kube)
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // Versions of what the cluster runs. The Kubernetes and etcd binaries come
-// from hack/tools' cache, keyed by these.
+// from hack/tools' cache, keyed by these. Each is a pin of
+// hack/versions/versions.env, whose test fails when one differs.
 const (
 	KubeVersion       = "v1.37.2"
 	ContainerdVersion = "v2.4.2"

@@ -8,9 +8,11 @@
 # make cluster-sample-down (DOWN=1) deletes it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../versions/versions.env
+. hack/versions/versions.env
 KUBECACHEDIR=$(bin/cluster kubecachedir)
 export KUBECACHEDIR
-kubectl="bin/k8s/${KUBE_VERSION:?}/kubectl --kubeconfig $(bin/cluster kubeconfig)"
+kubectl="bin/k8s/$KUBE_VERSION/kubectl --kubeconfig $(bin/cluster kubeconfig)"
 if [ -n "${DOWN:-}" ]; then
 	$kubectl delete --ignore-not-found --wait -f config/samples/cluster/breaker.yaml
 	$kubectl delete --ignore-not-found --wait -f config/samples/cluster/sample-hook.yaml

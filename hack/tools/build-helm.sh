@@ -6,14 +6,18 @@
 #
 # The binary lives in the per-user cache keyed by version
 # (~/.cache/tripswitch/helm/<version>/helm) and bin/helm links to it; it is
-# reused only if it reports that version. The module proxy serves no VCS
-# information, so the commit is stamped only when HELM_COMMIT is given.
+# reused only if it reports that version. HELM_VERSION comes from
+# hack/versions/versions.env, which the tests and the release tool's go.mod
+# are held to (helm.sh/helm/v4 there is the same release). The module proxy
+# serves no VCS information, so the commit is stamped only when HELM_COMMIT
+# is given.
 set -euo pipefail
 
-HELM_VERSION=${HELM_VERSION:?HELM_VERSION is not set (the Makefile takes it from the pinned versions)}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../versions/versions.env
+. "$here/../versions/versions.env"
 HELM_COMMIT=${HELM_COMMIT:-}
 
-here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 cache_root=${TRIPSWITCH_CACHE_DIR:-${XDG_CACHE_HOME:-$home/.cache}/tripswitch}
