@@ -39,6 +39,7 @@ func oneCall(t testing.TB) *limit.Bulkhead {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.EnableRejectionCount() // the tests count rejections: nothing retried
 	return l
 }
 

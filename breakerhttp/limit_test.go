@@ -21,6 +21,7 @@ func bulkheadOf(t testing.TB, n int) *limit.Bulkhead {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.EnableRejectionCount() // the tests count rejections: nothing retried
 	return b
 }
 
