@@ -128,6 +128,7 @@ func NewAdaptive(name string, cfg AdaptiveConfig) (*Adaptive, error) {
 	a.hooks = hooks{name: name, logger: cfg.Logger, onChange: cfg.OnLimitChanged, onReject: cfg.OnRejected}
 	a.full.Store(&LimitedError{Limiter: name, Limit: cfg.InitialLimit})
 	a.s.rejected = newCounter()
+	a.s.adaptive = a
 	a.est.limit = float64(cfg.InitialLimit)
 	a.win.rtts = make([]float64, 0, min(2*cfg.WindowSamples, maxKept))
 	a.s.limit.Store(int64(cfg.InitialLimit))
@@ -202,7 +203,7 @@ func (a *Adaptive) Acquire(context.Context) (Permit, error) {
 			return a.timed(w), nil
 		}
 	}
-	return Permit{s: &a.s, a: a}, nil
+	return Permit{s: &a.s}, nil
 }
 
 // reject counts a rejection, tells the hook and returns the rejection.
@@ -222,7 +223,7 @@ func (a *Adaptive) reject() *LimitedError {
 //go:noinline
 func (a *Adaptive) timed(w uint64) Permit {
 	start := max(int64(a.cfg.Clock.Now().Sub(a.base)), 1)
-	return Permit{s: &a.s, a: a, epoch: a.epoch.Load(), start: start, load: uint32(inFlight(w))}
+	return Permit{s: &a.s, start: start, tag: uint64(uint32(a.epoch.Load()))<<32 | uint64(uint32(inFlight(w)))}
 }
 
 // Metrics reads the limit's numbers: MaxAllowedConcurrentCalls is the
@@ -252,14 +253,15 @@ func (a *Adaptive) windowSize() int {
 	return max(1, min(a.cfg.WindowSamples, int(a.s.limit.Load())))
 }
 
-// sample records a timed call that began at start (since a.base) under
-// epoch with load calls in flight, and updates the limit when the window
+// sample records a timed call that began at start (since a.base) with the
+// tag of its admission (see Permit), and updates the limit when the window
 // is complete: it has its samples and its span has passed on the clock.
-func (a *Adaptive) sample(start int64, epoch uint64, load uint32) {
+func (a *Adaptive) sample(start int64, tag uint64) {
 	now := int64(a.cfg.Clock.Now().Sub(a.base))
 	rtt := float64(max(now-start, 1))
+	epoch, load := uint32(tag>>32), uint32(tag)
 	a.mu.Lock()
-	if epoch != a.epoch.Load() {
+	if epoch != uint32(a.epoch.Load()) {
 		a.mu.Unlock()
 		return // admitted under another limit
 	}

@@ -38,7 +38,10 @@ type hooks struct {
 }
 
 // rejected calls onReject, which is set, on the rejected caller's
-// goroutine.
+// goroutine. Kept out of line, so that a rejection without a hook stays
+// small.
+//
+//go:noinline
 func (h *hooks) rejected(limit int) {
 	h.call("OnRejected", func() { h.onReject(Rejection{Limiter: h.name, Limit: limit}) })
 }

@@ -80,10 +80,8 @@ type Metrics struct {
 // pass a pointer to it. The zero Permit is inert.
 type Permit struct {
 	s     *sem
-	a     *Adaptive // nil for a Bulkhead
-	start int64     // ns since a.base when the call is timed, else 0
-	epoch uint64    // a's limit when the call was admitted (see Adaptive)
-	load  uint32    // timed: the calls in flight when it was admitted, itself included
+	start int64  // ns since the adaptive limit's base when the call is timed, else 0
+	tag   uint64 // timed: the limit's epoch when the call was admitted (high 32 bits) and the calls then in flight, itself included
 	done  uint32
 }
 
@@ -94,8 +92,8 @@ func (p *Permit) Release() {
 		return
 	}
 	p.s.release()
-	if p.a != nil && p.start != 0 {
-		p.a.sample(p.start, p.epoch, p.load)
+	if p.start != 0 {
+		p.s.adaptive.sample(p.start, p.tag)
 	}
 }
 
@@ -105,8 +103,8 @@ func (p *Permit) Drop() {
 	if p.s == nil || !atomic.CompareAndSwapUint32(&p.done, 0, 1) {
 		return
 	}
-	if p.a != nil && p.start != 0 {
-		p.a.timeMore() // its window still needs the sample it would have given
+	if p.start != 0 {
+		p.s.adaptive.timeMore() // its window still needs the sample it would have given
 	}
 	p.s.release()
 }

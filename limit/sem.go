@@ -33,6 +33,8 @@ type sem struct {
 
 	mu    sync.Mutex
 	queue []*waiter // in arrival order
+
+	adaptive *Adaptive // the limit this is the semaphore of; nil for a Bulkhead
 }
 
 // admission is what an admission adds to word: one call in flight and one
