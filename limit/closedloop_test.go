@@ -24,7 +24,8 @@ type closedLoop struct {
 	rng     *rand.Rand
 	workers int
 	service time.Duration
-	jitter  float64 // a call takes service × (1 ± jitter), uniform
+	jitter  float64                        // a call takes service × (1 ± jitter), uniform
+	think   func(*rand.Rand) time.Duration // after an answer; nil: none
 
 	now     time.Duration
 	events  eventHeap
@@ -32,6 +33,7 @@ type closedLoop struct {
 	queue   []*simCall // waiting for a worker, in arrival order
 	busy    int
 	served  int
+	most    int   // the most calls at the dependency (queued and served) since it was last read
 	samples []int // the limit, sampled every sampleEvery
 }
 
@@ -129,7 +131,11 @@ func (s *closedLoop) run(d time.Duration) {
 			e.c.pm.Release()
 			s.served++
 			s.busy--
-			s.at(s.now, event{caller: e.c.caller}) // no think time
+			var think time.Duration
+			if s.think != nil {
+				think = s.think(s.rng)
+			}
+			s.at(s.now+think, event{caller: e.c.caller})
 			s.startWork()
 		default:
 			pm, err := s.l.Acquire(context.Background())
@@ -139,6 +145,7 @@ func (s *closedLoop) run(d time.Duration) {
 			}
 			s.queue = append(s.queue, &simCall{caller: e.caller, pm: pm})
 			s.startWork()
+			s.most = max(s.most, s.busy+len(s.queue))
 		}
 	}
 	if s.now < s.now+d {
@@ -219,4 +226,44 @@ func settle(t *testing.T, seed uint64, callers, workers int, jitter float64) int
 		t.Errorf("seed %d: served %d calls in the last 5 s, want at least %d (90 %% of what %d callers keep %d workers at 4 ms busy with)", seed, s.served-served, want, callers, workers)
 	}
 	return most
+}
+
+// TestAdaptiveKeepsHeadroomThroughASlowdown is docs/limits.md's
+// slow-dependency scenario simulated: 500 callers who think 0.5–1.5 s
+// between calls, 20 workers at 10 ms, then 2 s for 60 s, then 10 ms. While
+// healthy the callers keep only a few calls in flight, so the limit is
+// low; when the dependency slows, the first windows read its latency as a
+// queue of ours and cut. Once the latency is known for the dependency's
+// own, the limit is back where it was before those cuts, and soon at the
+// 20 calls the slow dependency serves: from 10 to 30 s after the slowdown
+// it serves at least 85 % of what 20 workers can, with at most 40 calls
+// at the dependency; and once it is fast again the callers are served as
+// before.
+func TestAdaptiveKeepsHeadroomThroughASlowdown(t *testing.T) {
+	clk := manualclock.New(time.Time{})
+	a, err := limit.NewAdaptive("account-access", limit.AdaptiveConfig{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newClosedLoop(1, a, clk, 500, 20, 10*time.Millisecond, 0)
+	s.think = func(r *rand.Rand) time.Duration { return time.Duration(500+r.IntN(1000)) * time.Millisecond }
+	s.run(10 * time.Second)
+	s.service = 2 * time.Second
+	s.run(10 * time.Second)
+	served := s.served
+	s.most = 0
+	s.run(20 * time.Second)
+	if got, capacity := s.served-served, 20*20/2; got < capacity*85/100 || s.most > 40 {
+		t.Errorf("10–30 s into the slowdown: served %d calls (the workers can %d) with up to %d at the dependency; want at least 85 %% and at most 40", got, capacity, s.most)
+	}
+	s.run(30 * time.Second)
+	s.service = 10 * time.Millisecond
+	s.run(5 * time.Second)
+	served = s.served
+	s.run(10 * time.Second)
+	// 500 callers who think 1 s on average and wait 10 ms ask for about
+	// 495 calls a second.
+	if got, asked := s.served-served, 10*500*1000/1010; got < asked*9/10 {
+		t.Errorf("5–15 s after the dependency recovered: served %d calls, want at least 90 %% of the %d the callers ask for (limit %d)", got, asked, a.Metrics().MaxAllowedConcurrentCalls)
+	}
 }
