@@ -10,7 +10,9 @@ import (
 // limit's new estimate, or a bulkhead resized with SetMaxConcurrentCalls.
 // An OnLimitChanged hook receives it (failsafe-go's OnLimitChanged).
 type LimitChange struct {
-	Limiter  string
+	// Limiter is the limiter's name.
+	Limiter string
+	// From and To are the limit before and after the change.
 	From, To int
 }
 
@@ -18,6 +20,7 @@ type LimitChange struct {
 // could wait found no permit within its wait. An OnRejected hook receives
 // it (failsafe-go's OnFull, Resilience4j's BulkheadOnCallRejectedEvent).
 type Rejection struct {
+	// Limiter is the limiter's name.
 	Limiter string
 	// Limit is the limit that rejected the call.
 	Limit int

@@ -29,6 +29,7 @@ type LimitedError struct {
 	Limit int
 }
 
+// Error says which limit rejected the call, and at what limit.
 func (e *LimitedError) Error() string {
 	return fmt.Sprintf("limit %q: %d calls in flight, no more admitted", e.Limiter, e.Limit)
 }
