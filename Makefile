@@ -1,8 +1,8 @@
 # tripswitch — see README.md. Every target installs what it needs itself.
 
-KUBE_VERSION         ?= v1.37.2
-CONTROLLER_TOOLS     ?= v0.23.0
-STATICCHECK          ?= v0.8.2
+# Every pinned version (Kubernetes, etcd, containerd, CoreDNS, pause, Helm,
+# controller-tools, staticcheck): one file, which the scripts source too.
+include hack/versions/versions.env
 ASSETS               := $(CURDIR)/bin/k8s/$(KUBE_VERSION)
 GO_TEST_FLAGS        ?=
 # The end-to-end package runs the controller through outages, kills and
@@ -22,14 +22,14 @@ LIB_MODULES          := breaker limit breakerhttp breakergrpc breakerprom access
 # command.
 DEV_MODULES          := test hack/release hack/cluster cmd/tripswitch-demo
 
-CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS)
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 # How `make test` gets the cluster test/cluster runs in: auto brings one up
 # if none runs and takes it down after (one it found running stays), use
 # requires a running one, skip leaves test/cluster out and says so.
 CLUSTER              ?= auto
 
-.PHONY: all help tools test test-short test-e2e test-cluster cluster-tools cluster cluster-down lint generate verify build release demo run bench harness
+.PHONY: all help tools helm test test-short test-e2e test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
 
 # The end-to-end packages of the test module: the controller as a process,
 # Helm and kustomize installs, failover. They take most of `make test`'s time.
@@ -39,11 +39,15 @@ all: lint test
 
 ## help: list the targets, one line each
 help:
-	@grep -E '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
-## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version)
+## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version; KUBE_VERSION=vX.Y.Z for another release)
 tools:
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build.sh
+	@hack/tools/build.sh $(KUBE_VERSION)
+
+## helm: build the Helm CLI (HELM_VERSION of hack/versions/versions.env) from its Go module into bin/helm (cached by version)
+helm:
+	@hack/tools/build-helm.sh
 
 ## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
@@ -66,17 +70,36 @@ test-e2e: tools
 	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $(E2E_PACKAGES)
 
 ## test-cluster: test/cluster on the local cluster (CLUSTER=auto brings one up and takes it down after; use: a running one; skip: say so and pass)
-test-cluster: cluster-tools
+test-cluster: cluster-tools helm
 	@CLUSTER=$(CLUSTER) GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/cluster/test.sh
 
 ## cluster-tools: build what `make cluster` runs (controller manager, scheduler, kubelet, kube-proxy, kubectl, containerd, CoreDNS, pause; cached by version)
 cluster-tools: tools
-	@KUBE_VERSION=$(KUBE_VERSION) hack/tools/build-cluster.sh
+	@hack/tools/build-cluster.sh
 	@cd hack/cluster && go build -o $(CURDIR)/bin/cluster ./cmd/cluster
 
-## cluster: a single-node Kubernetes v1.37.2 as local processes (root); returns once the node is Ready and DNS answers
+## cluster: a single-node Kubernetes (KUBE_VERSION of hack/versions/versions.env) as local processes (root); returns once the node is Ready and DNS answers
 cluster: cluster-tools
 	bin/cluster up
+
+## cluster-images: build the controller image (make release for linux/amd64) and the sample webhook's, and import both into the running cluster
+# The image tag the chart's local values name (hack/cluster/values-local.yaml).
+LOCAL_VERSION := $(shell sed -n 's/^  tag: //p' hack/cluster/values-local.yaml)
+cluster-images:
+	@$(MAKE) --no-print-directory release VERSION=$(LOCAL_VERSION) PLATFORMS=linux/amd64 RELEASE_OUT=out/cluster-release
+	bin/cluster import out/cluster-release/tripswitch-$(LOCAL_VERSION).oci.tar $(REPOSITORY):$(LOCAL_VERSION)
+	cd test && CGO_ENABLED=0 go build -trimpath -o $(CURDIR)/bin/hookserver ./cluster/hookserver
+	bin/cluster image tripswitch.test/hookserver:local bin/hookserver
+
+## demo-cluster: `make demo`'s experiment in `make cluster` (brought up and taken down if none runs): the webhook a Deployment behind a Service, tripswitch installed by Helm
+demo-cluster: cluster-tools helm
+	@hack/cluster/demo.sh
+
+## cluster-sample: the sample webhook of config/samples/cluster in the running cluster (certificate, Secret, Deployment, Service, PDB, configuration, breaker); cluster-sample-down deletes it
+cluster-sample:
+	@hack/cluster/sample.sh
+cluster-sample-down:
+	@DOWN=1 hack/cluster/sample.sh
 
 ## cluster-down: stop the cluster, remove everything it made, and check that nothing is left
 cluster-down:
@@ -88,8 +111,8 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
-	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...); done
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@set -e; for m in $(LIB_MODULES) $(DEV_MODULES) bench; do echo "== module $$m"; (cd $$m && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
 ## bench: tripswitch's breaker and limits and their peers, side by side, at GOMAXPROCS 1, 2, 4 and 8 (on however many cores the machine has)
 bench:
@@ -127,12 +150,14 @@ build:
 	go run ./hack/checkstatic bin/tripswitch
 	bin/tripswitch --version
 
-## release: image index (amd64+arm64, OCI layout), chart, install.yaml and SHA256SUMS in dist/ (VERSION=vX.Y.Z, offline)
+## release: image index (amd64+arm64, or PLATFORMS=linux/amd64 for a local cluster), chart, install.yaml and SHA256SUMS in dist/ (VERSION=vX.Y.Z, offline)
 REPOSITORY ?= ghcr.io/tripswitch-dev/tripswitch
+PLATFORMS  ?= linux/amd64,linux/arm64
+RELEASE_OUT ?= dist
 release:
 	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "make release needs VERSION=vX.Y.Z (got $(VERSION))"; exit 1;; esac
 	cd hack/release && go build -o $(CURDIR)/bin/release .
-	bin/release -version $(VERSION) -repository $(REPOSITORY) -out dist
+	bin/release -version $(VERSION) -repository $(REPOSITORY) -platforms $(PLATFORMS) -out $(RELEASE_OUT)
 
 ## demo: the delayed-webhook experiment on a real API server (Ignore, Bypass, then Ignore with the API server signal)
 demo: tools

@@ -36,6 +36,7 @@ func TestARejectedLookupIsUnavailableNeverAllowed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.EnableRejectionCount()
 		g, err := accessgate.New(accessgate.Config{Lookup: lookup, Limit: l, WhenUnavailable: when, Clock: newClock(), Logger: discard()})
 		if err != nil {
 			t.Fatal(err)

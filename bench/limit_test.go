@@ -108,7 +108,8 @@ func must[T any](v T, err error) T {
 }
 
 // BenchmarkLimitAcquireRelease: a permit taken and given back, every P
-// busy. Goal: tripswitch ≤ 1.5× bare-channel at -cpu 1 and 2, 0 allocs.
+// busy. Goal: tripswitch's bulkhead ≤ 1.5× bare-channel at -cpu 1 and 2,
+// 0 allocs.
 func BenchmarkLimitAcquireRelease(b *testing.B) {
 	for _, l := range limiters(b) {
 		b.Run(l.name, func(b *testing.B) {
@@ -122,9 +123,24 @@ func BenchmarkLimitAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkLimitRejection: a call refused by a full limit, every P busy.
-// Goal: tripswitch ≤ 20 ns.
+// Goal: tripswitch ≤ 1.5× bare-channel at -cpu 1 and 2, counting off (the
+// default); the -counted rows are the same with Metrics counting the
+// rejections, as with breakerprom's collector.
 func BenchmarkLimitRejection(b *testing.B) {
-	for _, l := range limiters(b) {
+	ls := limiters(b)
+	ctx := context.Background()
+	for _, name := range []string{"tripswitch-bulkhead-counted", "tripswitch-adaptive-counted"} {
+		var l limit.Limiter = must(limit.NewBulkhead("bench", limit.BulkheadConfig{MaxConcurrentCalls: 1}))
+		if name == "tripswitch-adaptive-counted" {
+			l = must(limit.NewAdaptive("bench", limit.AdaptiveConfig{MinLimit: 1, InitialLimit: 1, MaxLimit: 1}))
+		}
+		if _, err := l.Acquire(ctx); err != nil {
+			b.Fatal(err)
+		}
+		l.(interface{ EnableRejectionCount() }).EnableRejectionCount()
+		ls = append(ls, limiter{name: name, full: func() bool { _, err := l.Acquire(ctx); return err == nil }})
+	}
+	for _, l := range ls {
 		b.Run(l.name, func(b *testing.B) {
 			run(b, true, func() {
 				if l.full() {

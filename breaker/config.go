@@ -111,7 +111,8 @@ type Config struct {
 	AutomaticTransitionFromOpenToHalfOpen bool
 	// Classifier classifies a call's error. Default: nil is Success,
 	// context.Canceled is Ignore (the caller gave up; the callee did not
-	// fail), anything else is Failure.
+	// fail), so is an error matching ErrNotCalled (the call was never made,
+	// as when a concurrency limit rejects it), anything else is Failure.
 	Classifier func(err error) Outcome
 	// Clock supplies time. Default: the system clock.
 	Clock Clock
@@ -136,12 +137,32 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// DefaultClassifier is the classifier used when Config.Classifier is nil.
+// ErrNotCalled is matched (errors.Is) by errors that say the callee was
+// never called: something between the caller and the callee refused the
+// call first. A concurrency limit's rejection matches it (the limit
+// module's LimitedError does), so a limit composed by hand inside a circuit,
+//
+//	breaker.Execute(ctx, cb, func(ctx context.Context) (T, error) {
+//		return limit.Execute(ctx, l, fn)
+//	})
+//
+// cannot open the circuit with its rejections. Such an outcome says nothing
+// about the callee's health, so DefaultClassifier ignores it. An error of
+// your own (a rate limiter's, a load shedder's) matches it with an Is
+// method:
+//
+//	func (e *ShedError) Is(target error) bool { return target == breaker.ErrNotCalled }
+var ErrNotCalled = errors.New("the callee was not called")
+
+// DefaultClassifier is the classifier used when Config.Classifier is nil:
+// nil is Success; context.Canceled (the caller gave up) and an error
+// matching ErrNotCalled (the call was never made) are Ignore; any other
+// error is Failure.
 func DefaultClassifier(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrNotCalled):
 		return Ignore
 	}
 	return Failure

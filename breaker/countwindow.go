@@ -513,9 +513,26 @@ func (w *countWindow) unseal(self int) {
 				l.share.Store(share)
 			}
 		}
-		l.word.Store((l.word.Load()>>32 + 1) << 32)
+		reopen(l)
 	}
 }
+
+// reopen ends a sync for lane l: the next generation, even, with no
+// failures counted. It is an add, not a store. A failure that found the
+// lane sealed after writing its log entry (its swap failed) publishes that
+// write with an add of zero, and the next failure on its P, maybe another
+// goroutine's, writes the same entry after acquiring the word. A store
+// here would end that add's release sequence: an add of zero landing
+// between this sync's read of the word and a store of the new generation
+// would be ordered before no later failure, and their two writes of the
+// entry would be a data race (the race detector reports it; the memory
+// model has no other order for goroutines that take turns on one P). An
+// add keeps every release on the word. Nothing else changes a sealed word
+// (a failure's swap fails, its add adds zero), so the add is exact.
+func reopen(l *countLane) { reopenFrom(l, l.word.Load()) }
+
+// reopenFrom is reopen of a lane whose sealed word read v.
+func reopenFrom(l *countLane, v uint64) { l.word.Add((v>>32+1)<<32 - v) }
 
 // fillRoom computes room[s] for the ring as it is (see countWindow): the
 // most failures f such that, after the ring's s+f oldest outcomes left and

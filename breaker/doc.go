@@ -51,7 +51,8 @@
 // # Defaults
 //
 // The zero value of each Config field means its default. They are
-// Resilience4j's, with one deliberate difference:
+// Resilience4j's, with deliberate differences in slow-call tracking and in
+// what the classifier ignores:
 //
 //	setting                                 tripswitch        Resilience4j
 //	failureRateThreshold                    50                50
@@ -66,12 +67,18 @@
 //	automaticTransitionFromOpenToHalfOpen   false             false
 //	classifier (recordExceptions)           every error but   every exception
 //	                                        context.Canceled
+//	                                        and ErrNotCalled
 //
 // Slow calls are not tracked unless SlowCallDurationThreshold is set: tracking
 // reads the clock twice per call, which on virtual machines costs more than
 // the rest of the breaker. With Resilience4j's 60s and its 100% slow-call rate
 // threshold the difference only shows when every call takes over a minute.
-// context.Canceled is ignored because the caller gave up, not the callee.
+// context.Canceled is ignored because the caller gave up, not the callee;
+// an error matching ErrNotCalled (a concurrency limit's rejection) because
+// the callee was never called. Resilience4j counts a full bulkhead's
+// BulkheadFullException as a failure unless it is listed in
+// ignoreExceptions; tripswitch ignores it by default, deliberately: a full
+// limit says how busy the caller is, not how healthy the callee is.
 //
 // # Guarantees
 //

@@ -8,8 +8,10 @@
 // InvalidArgument, NotFound, PermissionDenied, Unauthenticated,
 // AlreadyExists, FailedPrecondition, Aborted, OutOfRange, Unimplemented,
 // ResourceExhausted from the server (a quota, gRPC's 429) or from the
-// client's own message-size limit, and the caller's cancellation are
-// ignored: they are about the request or the caller, not an outage. The
+// client's own message-size limit, the caller's cancellation and an error
+// matching breaker.ErrNotCalled (a concurrency limit's rejection, from an
+// interceptor of your own too) are ignored: they are about the request or
+// the caller, not an outage. The
 // interceptors judge the caller's context before the classifier: any error
 // of a call whose context the caller canceled is ignored, since a context
 // canceled with a cause does not make the error context.Canceled.
@@ -59,7 +61,7 @@ func DefaultClassifier(err error) breaker.Outcome {
 	if err == nil {
 		return breaker.Success
 	}
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, breaker.ErrNotCalled) {
 		return breaker.Ignore
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

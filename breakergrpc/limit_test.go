@@ -39,6 +39,7 @@ func oneCall(t testing.TB) *limit.Bulkhead {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.EnableRejectionCount() // the tests count rejections: nothing retried
 	return l
 }
 
@@ -130,5 +131,36 @@ func TestTheLimitsPermitComesBackOnEveryEndingOfACall(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestALimitInAnInterceptorOfYourOwnIsIgnoredToo: a limit composed by hand
+// in an interceptor chained inside the circuit's rejects with a plain
+// *limit.LimitedError (not a gRPC status); it matches breaker.ErrNotCalled,
+// which DefaultClassifier ignores, so a circuit that opens on one failure
+// stays CLOSED and nothing is sent.
+func TestALimitInAnInterceptorOfYourOwnIsIgnoredToo(t *testing.T) {
+	addr, h := serve(t)
+	b := newBreaker(t, 1)
+	full := oneCall(t)
+	held, _ := full.Acquire(context.Background())
+	defer held.Release()
+	limited := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		_, err := limit.Execute(ctx, full, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, invoker(ctx, method, req, reply, cc, opts...)
+		})
+		return err
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(breakergrpc.UnaryClientInterceptor(breakergrpc.One(b), breakergrpc.Config{}), limited))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	if _, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ok"}); !errors.Is(err, limit.ErrLimited) {
+		t.Fatalf("%v, want the limit's rejection", err)
+	}
+	if got := outcome(t, b); got != breaker.Ignore || b.State() != breaker.Closed || h.rpcs.Load() != 0 {
+		t.Fatalf("counted as %s, circuit %s, %d calls served: want ignored, CLOSED, none sent", got, b.State(), h.rpcs.Load())
 	}
 }

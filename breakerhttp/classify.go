@@ -16,14 +16,16 @@ import (
 // read, the classifier is called again with a nil resp and the read error.
 type Classifier func(resp *http.Response, err error) breaker.Outcome
 
-// DefaultClassifier: 5xx and every error but cancellation are failures, 4xx
-// and cancellation are ignored, everything else is a success. It sees only
+// DefaultClassifier: 5xx and every error but cancellation and a call never
+// made are failures; 4xx, cancellation and an error matching
+// breaker.ErrNotCalled (a concurrency limit's rejection, from a Base of
+// your own too) are ignored; everything else is a success. It sees only
 // the error; Transport also ignores any error of an attempt whose caller
 // canceled its request's context (breaker.CallerCanceled), before asking a
 // classifier, so a cancellation with a cause is not counted either.
 func DefaultClassifier(resp *http.Response, err error) breaker.Outcome {
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, breaker.ErrNotCalled) {
 			return breaker.Ignore
 		}
 		return breaker.Failure

@@ -16,7 +16,9 @@
 //     not an outage, and counting it as a success would dilute the real
 //     failure rate. The response still reaches the caller unchanged;
 //   - a caller that cancels its request is ignored (it gave up; the callee
-//     did not fail).
+//     did not fail), and so is an error matching breaker.ErrNotCalled, a
+//     concurrency limit's rejection, whether [Policy].Limit's or one in a
+//     base transport of your own (nothing was sent).
 //
 // Override it per call site with [Transport.Classify], for example
 // [FailOnStatus](DefaultClassifier, 429).
@@ -27,14 +29,18 @@
 //
 // # Composition
 //
-// The order matters and [Policy] builds the right one, Resilience4j's: the
-// per-attempt timeout inside the circuit, so that a timeout is counted as a
-// failure, and the retry outside it, so that every attempt is counted and an
-// open circuit is never retried; an optional concurrency limit (a
-// limit.Bulkhead or limit.Adaptive, [Policy].Limit) between the circuit and
-// the timeout, so that a wait for a permit is not part of the attempt's
-// time, and its rejection, which sends nothing, is neither counted by the
-// circuit nor retried:
+// The order matters and [Policy] builds one: the per-attempt timeout inside
+// the circuit, so that a timeout is counted as a failure, and the retry
+// outside it, so that every attempt is counted and an open circuit is never
+// retried (Resilience4j's order for these three); an optional concurrency
+// limit (a limit.Bulkhead or limit.Adaptive, [Policy].Limit) between the
+// circuit and the timeout, so that a wait for a permit is not part of the
+// attempt's time, and its rejection, which sends nothing, is neither counted
+// by the circuit nor retried. Resilience4j puts its TimeLimiter outside its
+// Bulkhead, and its circuit counts a full bulkhead as a failure unless it is
+// in ignoreExceptions; tripswitch does neither, deliberately (see
+// docs/limits.md): a full limit says how busy the caller is, not how healthy
+// the callee is.
 //
 //	retry( circuit( limit( timeout( base transport ) ) ) )
 //

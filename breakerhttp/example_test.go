@@ -185,6 +185,7 @@ func ExamplePolicy_limit() {
 	defer account.Close()
 	b, _ := breaker.New("account-read", breaker.Config{})
 	bulkhead, _ := limit.NewBulkhead("account-read", limit.BulkheadConfig{MaxConcurrentCalls: 1})
+	bulkhead.EnableRejectionCount() // as breakerprom's collector does
 	c := breakerhttp.Policy{Breaker: b, Limit: bulkhead, Timeout: 10 * time.Second, Retry: &breakerhttp.Retry{Attempts: 3}}.Client()
 	defer c.CloseIdleConnections()
 

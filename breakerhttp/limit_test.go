@@ -21,6 +21,7 @@ func bulkheadOf(t testing.TB, n int) *limit.Bulkhead {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.EnableRejectionCount() // the tests count rejections: nothing retried
 	return b
 }
 
@@ -216,5 +217,34 @@ func TestLimitHandlerShedsWith503AndRetryAfter(t *testing.T) {
 	}
 	if m := l.Metrics(); m.Rejected != 1 || m.InFlight != 0 {
 		t.Fatalf("limit %+v, want 1 rejection and nothing in flight", m)
+	}
+}
+
+// rejecting is a base transport behind a limit of the caller's own, full:
+// it rejects every request without sending it.
+type rejecting struct{ err error }
+
+func (r rejecting) RoundTrip(req *http.Request) (*http.Response, error) { return nil, r.err }
+
+// TestALimitBelowTheTransportIsIgnoredToo: a limit composed by hand below
+// the Transport (in its Base) rejects with an error that matches
+// breaker.ErrNotCalled; DefaultClassifier ignores it, so a circuit that
+// opens on one failure stays CLOSED, and any other error still counts.
+func TestALimitBelowTheTransportIsIgnoredToo(t *testing.T) {
+	b := newBreaker(t, 1, newClock())
+	full := bulkheadOf(t, 1)
+	held, _ := full.Acquire(context.Background())
+	defer held.Release()
+	_, rejection := full.Acquire(context.Background())
+	c := client(t, &breakerhttp.Transport{Breaker: b, Base: rejecting{rejection}})
+	if _, err := c.Get("http://account.invalid/"); !errors.Is(err, limit.ErrLimited) {
+		t.Fatalf("%v, want the limit's rejection", err)
+	}
+	if tot := b.Totals(); tot.Ignored != 1 || tot.Failed != 0 || b.State() != breaker.Closed {
+		t.Fatalf("circuit %s, totals %+v: want the rejection ignored", b.State(), tot)
+	}
+	c = client(t, &breakerhttp.Transport{Breaker: b, Base: rejecting{errors.New("connection reset")}})
+	if _, err := c.Get("http://account.invalid/"); err == nil || b.State() != breaker.Open {
+		t.Fatalf("%v, circuit %s: want a failure that opens it", err, b.State())
 	}
 }

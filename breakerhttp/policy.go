@@ -8,8 +8,12 @@ import (
 	"github.com/tripswitch-dev/tripswitch/limit"
 )
 
-// Policy is one call site's failure handling, composed in Resilience4j's
-// order, the only safe one: retry( circuit( limit( timeout( Base ) ) ) ).
+// Policy is one call site's failure handling, composed in one order:
+// retry( circuit( limit( timeout( Base ) ) ) ). Retry outside the circuit
+// and the timeout inside it are Resilience4j's order; the limit outside the
+// timeout is not (Resilience4j's TimeLimiter wraps its Bulkhead): a wait
+// for a permit is then no part of an attempt's time, so a full limit never
+// becomes a timeout the circuit counts against the callee.
 // Three common compositions:
 //
 //	account-access: Policy{Breaker: access, Timeout: 10 * time.Second}        // no retry

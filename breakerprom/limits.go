@@ -18,17 +18,28 @@ import (
 // and one series Resilience4j does not export (it reports rejections as
 // events only), under tripswitch's own prefix:
 //
-//	tripswitch_limit_rejected_calls_total{name}                  counter, calls rejected since the limit was built
+//	tripswitch_limit_rejected_calls_total{name}                  counter, calls rejected since the collector was built
 //
 // The name label is the limit's name; nothing from a request is a label.
+// A limiter counts its rejections only once asked (its
+// EnableRejectionCount, which keeps a rejection free of atomic writes
+// until then): NewLimitCollector asks every limit it is given, as
+// NewCollector turns on a registry's totals.
 type LimitCollector struct {
 	limits []limit.Limiter
 
 	available, maxAllowed, queued, rejected *prometheus.Desc
 }
 
-// NewLimitCollector returns a collector over limits.
+// NewLimitCollector returns a collector over limits, and turns on the
+// rejection count of each that has one (limit.Bulkhead, limit.Adaptive,
+// and a Bulkhead's WithMaxWait view).
 func NewLimitCollector(limits ...limit.Limiter) *LimitCollector {
+	for _, l := range limits {
+		if c, ok := l.(interface{ EnableRejectionCount() }); ok {
+			c.EnableRejectionCount()
+		}
+	}
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"name"}, nil)
 	}

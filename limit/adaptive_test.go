@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -128,22 +129,31 @@ func TestAdaptiveFollowsTheCalleesCapacity(t *testing.T) {
 }
 
 // TestAdaptiveConfigErrorsNameTheField: a bad setting is a
-// *breaker.ConfigError naming it; zero values take the defaults.
+// *breaker.ConfigError naming it, a MinLimit or InitialLimit above the
+// default MaxLimit (200) included, rather than a MaxLimit raised to fit;
+// zero values take the defaults.
 func TestAdaptiveConfigErrorsNameTheField(t *testing.T) {
-	for field, cfg := range map[string]limit.AdaptiveConfig{
-		"MinLimit":      {MinLimit: -1},
-		"MaxLimit":      {MaxLimit: -1},
-		"InitialLimit":  {MinLimit: 5, MaxLimit: 10, InitialLimit: 11},
-		"WindowSamples": {WindowSamples: -1},
+	for _, tc := range []struct {
+		field string
+		cfg   limit.AdaptiveConfig
+	}{
+		{"MinLimit", limit.AdaptiveConfig{MinLimit: -1}},
+		{"MaxLimit", limit.AdaptiveConfig{MaxLimit: -1}},
+		{"InitialLimit", limit.AdaptiveConfig{MinLimit: 5, MaxLimit: 10, InitialLimit: 11}},
+		{"WindowSamples", limit.AdaptiveConfig{WindowSamples: -1}},
+		{"MinLimit", limit.AdaptiveConfig{MinLimit: 10, MaxLimit: 5}},
+		{"MinLimit", limit.AdaptiveConfig{MinLimit: 300}},
+		{"InitialLimit", limit.AdaptiveConfig{InitialLimit: 500}},
 	} {
-		_, err := limit.NewAdaptive("x", cfg)
+		a, err := limit.NewAdaptive("x", tc.cfg)
 		var ce *breaker.ConfigError
-		if !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%+v: %v, want a ConfigError naming %s", cfg, err, field)
+		if !errors.As(err, &ce) || ce.Field != tc.field {
+			var got any = err
+			if err == nil {
+				got = a.Config()
+			}
+			t.Errorf("%+v: %v, want a ConfigError naming %s", tc.cfg, got, tc.field)
 		}
-	}
-	if _, err := limit.NewAdaptive("x", limit.AdaptiveConfig{MinLimit: 10, MaxLimit: 5}); err == nil {
-		t.Error("MinLimit above MaxLimit accepted")
 	}
 	a, err := limit.NewAdaptive("x", limit.AdaptiveConfig{})
 	if err != nil {
@@ -151,5 +161,41 @@ func TestAdaptiveConfigErrorsNameTheField(t *testing.T) {
 	}
 	if c := a.Config(); c.InitialLimit != 20 || c.MinLimit != 1 || c.MaxLimit != 200 || c.WindowSamples != 20 {
 		t.Errorf("defaults %+v", c)
+	}
+	a, err = limit.NewAdaptive("x", limit.AdaptiveConfig{MinLimit: 300, MaxLimit: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := a.Config(); c.InitialLimit != 300 {
+		t.Errorf("MinLimit 300, MaxLimit 400: %+v, want InitialLimit 300", c)
+	}
+}
+
+// TestAdaptiveFollowsAnInjectedClock: everything the limit times follows
+// its Clock. While a manual clock stands still, calls fill a window whose
+// span cannot pass; they go on until more wall time has passed than any
+// span (so that a timer on the system clock would have fired), then the
+// clock moves on an hour and the callee serves one call at a time. The
+// limit comes down to twice that, as it does without the burst before.
+func TestAdaptiveFollowsAnInjectedClock(t *testing.T) {
+	clk := manualclock.New(time.Time{})
+	a, err := limit.NewAdaptive("account-access", limit.AdaptiveConfig{Clock: clk, MinLimit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, start := 0, time.Now(); i < 400 || time.Since(start) < 200*time.Millisecond; i++ {
+		pm, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pm.Release()
+		runtime.Gosched()
+	}
+	clk.Advance(time.Hour)
+	s := newClosedLoop(1, a, clk, 16, 1, 4*time.Millisecond, 0)
+	s.run(20 * time.Second)
+	if m := a.Metrics(); m.MaxAllowedConcurrentCalls > 2 {
+		t.Fatalf("limit %d after 20 s at a callee that serves one call at a time, want 2 (%+v)", m.MaxAllowedConcurrentCalls, m)
 	}
 }

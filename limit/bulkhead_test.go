@@ -39,10 +39,15 @@ func wantMetrics(t testing.TB, l limit.Limiter, inFlight, available int) {
 
 // TestBulkheadRejectsTheCallBeyondTheLimitAtOnce: Resilience4j's
 // maxConcurrentCalls with maxWaitDuration 0: the call beyond the limit
-// fails at once with an error that errors.Is ErrLimited.
+// fails at once with an error that errors.Is ErrLimited, counted once
+// counting is on.
 func TestBulkheadRejectsTheCallBeyondTheLimitAtOnce(t *testing.T) {
 	b := bulkhead(t, limit.BulkheadConfig{MaxConcurrentCalls: 2})
 	p1, p2 := acquire(t, b), acquire(t, b)
+	if _, err := b.Acquire(context.Background()); !errors.Is(err, limit.ErrLimited) || b.Metrics().Rejected != 0 {
+		t.Fatalf("third call before counting: %v, %+v; want a rejection, not counted", err, b.Metrics())
+	}
+	b.EnableRejectionCount() // as breakerprom's collector does
 	_, err := b.Acquire(context.Background())
 	var le *limit.LimitedError
 	if !errors.Is(err, limit.ErrLimited) || !errors.As(err, &le) || le.Limiter != "account-access" || le.Limit != 2 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/tripswitch-dev/tripswitch/breaker"
 )
 
 // ErrLimited is matched (errors.Is) by every rejection of a limiter.
@@ -13,24 +15,30 @@ var ErrLimited = errors.New("concurrency limit reached")
 // errFull ends a bounded wait that found no permit.
 var errFull = errors.New("limit: no permit within the wait")
 
-// LimitedError is a limiter's rejection: the call was not made. One value
-// is shared by every rejection of a limiter, so rejecting allocates nothing;
-// treat it as read-only. Its Limit is the limit when the limiter was built
-// (an adaptive limiter's current one is in Metrics).
+// LimitedError is a limiter's rejection: the call was not made. It matches
+// ErrLimited, and breaker.ErrNotCalled, so a circuit breaker's default
+// classifier ignores it wherever the two meet: a full limit says how busy
+// the caller is, not how healthy the callee is. One value is shared by
+// every rejection under the same limit, so rejecting allocates nothing;
+// treat it as read-only.
 type LimitedError struct {
 	// Limiter is the limiter's name.
 	Limiter string
-	// Limit is the number of calls it admits at once (for an adaptive
-	// limiter, its initial limit).
+	// Limit is the number of calls it admitted at once when it rejected
+	// the call.
 	Limit int
 }
 
+// Error says which limit rejected the call, and at what limit.
 func (e *LimitedError) Error() string {
 	return fmt.Sprintf("limit %q: %d calls in flight, no more admitted", e.Limiter, e.Limit)
 }
 
-// Is makes errors.Is(err, ErrLimited) true.
-func (e *LimitedError) Is(target error) bool { return target == ErrLimited }
+// Is makes errors.Is(err, ErrLimited) and errors.Is(err,
+// breaker.ErrNotCalled) true.
+func (e *LimitedError) Is(target error) bool {
+	return target == ErrLimited || target == breaker.ErrNotCalled
+}
 
 // Limiter bounds the calls in flight at one call site. Bulkhead and
 // Adaptive are the two; breakerhttp, breakergrpc and accessgate take either.
@@ -54,23 +62,14 @@ type Metrics struct {
 	// (0 when the calls in flight are at or above the limit).
 	AvailableConcurrentCalls int
 	// InFlight is the number of admitted calls not completed yet. It may
-	// exceed the limit for a while after an adaptive limit shrank.
+	// exceed the limit for a while after the limit was lowered.
 	InFlight int
 	// QueuedCalls is the number of callers waiting for a permit.
 	QueuedCalls int
-	// Rejected counts the calls refused since the limiter was built.
+	// Rejected counts the calls refused since EnableRejectionCount
+	// (breakerprom's collector calls it); 0 before. Rejecting without a
+	// count keeps a rejection free of atomic writes.
 	Rejected uint64
-}
-
-func (s *sem) metrics() Metrics {
-	limit, n := s.limit.Load(), s.inFlight.Load()
-	return Metrics{
-		MaxAllowedConcurrentCalls: int(limit),
-		AvailableConcurrentCalls:  int(max(limit-n, 0)),
-		InFlight:                  int(n),
-		QueuedCalls:               int(s.waiting.Load()),
-		Rejected:                  s.rejected.load(),
-	}
 }
 
 // Permit is one admitted call. Complete it with Release when the call
@@ -82,9 +81,8 @@ func (s *sem) metrics() Metrics {
 // pass a pointer to it. The zero Permit is inert.
 type Permit struct {
 	s     *sem
-	a     *Adaptive // nil for a Bulkhead
-	start int64     // ns since a.base when the call is timed, else 0
-	epoch uint64    // a's limit when the call was admitted (see Adaptive)
+	start int64  // ns since the adaptive limit's base when the call is timed, else 0
+	tag   uint64 // timed: the limit's epoch when the call was admitted (high 32 bits) and the calls then in flight, itself included
 	done  uint32
 }
 
@@ -94,10 +92,10 @@ func (p *Permit) Release() {
 	if p.s == nil || !atomic.CompareAndSwapUint32(&p.done, 0, 1) {
 		return
 	}
-	if p.a != nil && p.start != 0 {
-		p.a.sample(p.start, p.epoch)
-	}
 	p.s.release()
+	if p.start != 0 {
+		p.s.adaptive.sample(p.start, p.tag)
+	}
 }
 
 // Drop gives the permit back without recording anything: for a call its
@@ -106,8 +104,8 @@ func (p *Permit) Drop() {
 	if p.s == nil || !atomic.CompareAndSwapUint32(&p.done, 0, 1) {
 		return
 	}
-	if p.a != nil && p.start != 0 {
-		p.a.timeMore() // its window still needs the sample it would have given
+	if p.start != 0 {
+		p.s.adaptive.timeMore() // its window still needs the sample it would have given
 	}
 	p.s.release()
 }
@@ -129,7 +127,8 @@ func (p *Permit) End(ctx context.Context) {
 // canceled ctx during the call (it gave up, whatever fn returned; a
 // deadline is not a cancellation: the call took too long), and Release
 // before a panic in fn is re-raised. A call that l rejects, or whose ctx
-// is already done, does not run fn.
+// is already done, does not run fn. A rejection matches ErrLimited and
+// breaker.ErrNotCalled, so a breaker.Execute around Execute ignores it.
 func Execute[T any](ctx context.Context, l Limiter, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {

@@ -86,3 +86,73 @@ func TestAdaptiveOnTheSystemClock(t *testing.T) {
 	service.Store(int64(5 * time.Millisecond))
 	until("the limit back above the 10 workers", func(m limit.Metrics) bool { return m.MaxAllowedConcurrentCalls > 10 })
 }
+
+// TestAdaptiveClosedLoopOnTheSystemClock is TestAdaptiveClosedLoopSettlesNearCapacity
+// with real goroutines, sleeps and the system clock: 64 callers in a closed
+// loop (a rejected one comes back after 5 ms) through a limit starting at
+// 100 to a callee of 8 workers at 20 ms a call, fewer callers than the
+// limit, as in issue 55. Once the limit is within twice the workers it
+// stays there for the next 1,000 calls served: every change of the limit
+// is recorded (OnLimitChanged), so the test waits on calls, never on a
+// timing.
+func TestAdaptiveClosedLoopOnTheSystemClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for a few seconds")
+	}
+	const callers, workers = 64, 8
+	var mu sync.Mutex
+	var changes []limit.LimitChange
+	a, err := limit.NewAdaptive("account-access", limit.AdaptiveConfig{MinLimit: 2, MaxLimit: 200, InitialLimit: 100,
+		OnLimitChanged: func(c limit.LimitChange) {
+			mu.Lock()
+			changes = append(changes, c)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := make(chan struct{}, workers)
+	var served atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, err := limit.Execute(ctx, a, func(ctx context.Context) (int, error) {
+					select {
+					case pool <- struct{}{}:
+					case <-ctx.Done():
+						return 0, ctx.Err()
+					}
+					defer func() { <-pool }()
+					time.Sleep(20 * time.Millisecond)
+					served.Add(1)
+					return 0, nil
+				})
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	for deadline := time.Now().Add(time.Minute); a.Metrics().MaxAllowedConcurrentCalls > 2*workers; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute: %+v, want the limit at most %d (twice the workers)", a.Metrics(), 2*workers)
+		}
+	}
+	mu.Lock()
+	from := len(changes)
+	mu.Unlock()
+	for until := served.Load() + 1000; served.Load() < until; time.Sleep(10 * time.Millisecond) {
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range changes[from:] {
+		if c.To > 2*workers {
+			t.Fatalf("the limit went back to %d within 1,000 calls of reaching twice the workers (changes since: %v)", c.To, changes[from:])
+		}
+	}
+	t.Logf("limit %d; changes after it settled: %v", a.Metrics().MaxAllowedConcurrentCalls, changes[from:])
+}

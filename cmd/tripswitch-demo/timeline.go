@@ -24,6 +24,7 @@ var (
 	admittedColor   = color.RGBA{R: 0x1b, G: 0x9e, B: 0x3e, A: 0xff}
 	recoveringColor = color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff}
 	rejectedColor   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	circuitColor    = color.RGBA{R: 0xb3, G: 0x50, B: 0x00, A: 0xff}
 	// Three bands that never overlap, so every shade on the picture is in
 	// the legend.
 	faultClosedBand = color.NRGBA{R: 0x80, G: 0x80, B: 0x80, A: 0x40}
@@ -201,15 +202,26 @@ func runPlot(r demo.Run) (panel, error) {
 	return panel{plot: p, legend: legend}, nil
 }
 
-// addMarks draws the fault and the recovery as dashed vertical lines, each
-// named at its top.
+// addMarks draws the fault and the recovery as dashed vertical lines, and
+// where the circuit opened and closed (as the configuration read back
+// showed it) as solid ones, each named at its top.
 func addMarks(p *plot.Plot, legend *plot.Legend, r demo.Run, top float64) error {
 	var at plotter.XYs
 	var names []string
+	dashed := draw.LineStyle{Color: color.Black, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+	solid := draw.LineStyle{Color: circuitColor, Width: vg.Points(1.6)}
+	named := map[string]bool{}
 	for _, m := range []struct {
-		x    float64
-		name string
-	}{{r.FaultAt.Seconds(), "fault"}, {r.RecoveredAt.Seconds(), "healed"}} {
+		x      float64
+		name   string
+		style  draw.LineStyle
+		legend string
+	}{
+		{r.FaultAt.Seconds(), "fault", dashed, "fault injected, webhook healed (dashed)"},
+		{r.OpenedAt.Seconds(), "opened", solid, "circuit opened, closed (solid)"},
+		{r.RecoveredAt.Seconds(), "healed", dashed, "fault injected, webhook healed (dashed)"},
+		{r.ClosedAt.Seconds(), "closed", solid, "circuit opened, closed (solid)"},
+	} {
 		if m.x <= 0 {
 			continue
 		}
@@ -217,10 +229,11 @@ func addMarks(p *plot.Plot, legend *plot.Legend, r demo.Run, top float64) error 
 		if err != nil {
 			return err
 		}
-		line.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+		line.LineStyle = m.style
 		p.Add(line)
-		if len(at) == 0 {
-			legend.Add("fault injected, webhook healed (dashed)", line)
+		if !named[m.legend] {
+			named[m.legend] = true
+			legend.Add(m.legend, line)
 		}
 		at, names = append(at, plotter.XY{X: m.x, Y: top}), append(names, m.name)
 	}

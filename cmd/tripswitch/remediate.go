@@ -25,7 +25,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/remediate"
 )
 
-const remediateUsage = `Usage: tripswitch remediate BREAKER [--window N] [--apply] [--label] [-o table|json] [--kubeconfig PATH]
+const remediateUsage = `Usage: tripswitch remediate BREAKER [--window N] [--apply] [--label] [-o table|json] [--kubeconfig PATH] [--job [--job-image REF] [--job-namespace NS]]
 
 Repairs what a closed open window admitted without the webhook, from a fresh
 audit of it (see tripswitch audit). A dry run unless --apply: every change is
@@ -54,7 +54,9 @@ refusal (a bare Pod, a budget that never allowed the eviction) or a mark is
 reported, not an error. Events go on each object and the breaker, the counts
 into the window's audit status. Needs what tripswitch audit needs, and patch
 on the resources, create on pods/eviction, create on events.events.k8s.io,
-update on webhookcircuitbreakers/status.
+update on webhookcircuitbreakers/status. --job prints the same run as a Job
+whose ServiceAccount's ClusterRole allows exactly that, for the cluster,
+where a Service-backed webhook resolves.
 `
 
 func runRemediate(args []string, out io.Writer) error {
@@ -70,6 +72,7 @@ func runRemediate(args []string, out io.Writer) error {
 	label := fs.Bool("label", false, "label objects a validating webhook objects to "+remediate.LabelKey+"=<webhook>")
 	maxEvictions := fs.Int("max-evictions", 1, "Pods evicted at once (never two of one owner)")
 	evictionTimeout := fs.Duration("eviction-timeout", 10*time.Minute, "how long one Pod's eviction waits for its disruption budget")
+	job := remediateJobFlags(fs)
 	name, err := parseNamed(fs, args, "remediate")
 	if err != nil {
 		return err
@@ -82,6 +85,9 @@ func runRemediate(args []string, out io.Writer) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *job.print {
+		return printRemediationJob(ctx, out, fs, *kubeconfig, name, *window, *qps, job, *apply, *roll, *label)
+	}
 	s, err := openWindow(ctx, *kubeconfig, name, *window, *qps, false)
 	if err != nil {
 		return err

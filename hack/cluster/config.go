@@ -108,7 +108,7 @@ disabled_plugins = [
 // packets are never rewritten to leave the machine.
 var cniConfig = fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "tripswitch",
+  "name": %q,
   "plugins": [
     {
       "type": "bridge",
@@ -126,7 +126,7 @@ var cniConfig = fmt.Sprintf(`{
     {"type": "loopback"}
   ]
 }
-`, Bridge, "@IPAM@", PodCIDR.String(), NodeIP.String())
+`, cniNetwork, Bridge, "@IPAM@", PodCIDR.String(), NodeIP.String())
 
 // kubeletConfig: cgroup v1 allowed (this host is v1), cgroupfs, the Pods'
 // cgroups under CgroupParent, its server on NodeIP with client certificates

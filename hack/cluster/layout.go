@@ -8,7 +8,8 @@ import (
 )
 
 // Versions of what the cluster runs. The Kubernetes and etcd binaries come
-// from hack/tools' cache, keyed by these.
+// from hack/tools' cache, keyed by these. Each is a pin of
+// hack/versions/versions.env, whose test fails when one differs.
 const (
 	KubeVersion       = "v1.37.2"
 	ContainerdVersion = "v2.4.2"
@@ -70,6 +71,10 @@ type Layout struct {
 	State string
 	// Cache is the per-user build cache of hack/tools (…/.cache/tripswitch).
 	Cache string
+	// Root is prefixed to the paths fixed in the components' code that
+	// Down cleans and Leftovers checks (/var/lib/kubelet/…,
+	// /var/log/containers, …); "" is the host's /. Tests set it.
+	Root string
 }
 
 // DefaultLayout is /var/lib/tripswitch-cluster and /run/tripswitch-cluster,
@@ -103,6 +108,11 @@ func envOr(name, def string) string {
 	return def
 }
 
+// KubeCacheDir is where kubectl and Helm keep their discovery and HTTP
+// caches of this cluster (KUBECACHEDIR; by default ~/.kube/cache), so that
+// they go with it.
+func (l Layout) KubeCacheDir() string { return filepath.Join(l.State, "kube-cache") }
+
 // Kubeconfig is the administrator's kubeconfig (system:masters).
 func (l Layout) Kubeconfig() string { return filepath.Join(l.Data, "admin.kubeconfig") }
 
@@ -121,6 +131,9 @@ func (l Layout) Bin(name string) string {
 		return filepath.Join(l.Cache, "k8s", KubeVersion, name)
 	}
 }
+
+// host is a path fixed in a component's code, under Root.
+func (l Layout) host(path string) string { return filepath.Join("/", l.Root, path) }
 
 func (l Layout) pki(name string) string     { return filepath.Join(l.Data, "pki", name) }
 func (l Layout) log(name string) string     { return filepath.Join(l.Data, "logs", name+".log") }

@@ -163,3 +163,35 @@ func writeKubeconfig(l Layout, name string, caPEM []byte) error {
 func APIServerURL() string {
 	return "https://" + net.JoinHostPort(NodeIP.String(), fmt.Sprint(APIServerPort))
 }
+
+// WriteServingCert makes a CA and a serving certificate it signed for the
+// Service name.namespace (its .svc and .svc.cluster.local names) into dir:
+// ca.crt, ca.key, tls.crt, tls.key. For a webhook behind a Service: the
+// Secret holds tls.crt and tls.key, the configuration's caBundle ca.crt.
+func WriteServingCert(dir, name, namespace string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTmpl := certTemplate(pkix.Name{CommonName: name + "-ca"})
+	caTmpl.IsCA, caTmpl.BasicConstraintsValid, caTmpl.KeyUsage = true, true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("serving certificate: CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	if err := writeCertKey(filepath.Join(dir, "ca"), caDER, caKey); err != nil {
+		return err
+	}
+	host := name + "." + namespace + ".svc"
+	tmpl := certTemplate(pkix.Name{CommonName: host})
+	tmpl.DNSNames = []string{host, host + "." + ClusterDomain}
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	return issue(filepath.Join(dir, "tls"), tmpl, ca, caKey)
+}

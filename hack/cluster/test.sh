@@ -23,7 +23,7 @@ if ! bin/cluster running >/dev/null 2>&1; then
 		echo "CLUSTER=use, but no cluster is running: start one with make cluster" >&2
 		exit 1
 	fi
-	if ! bin/cluster preflight; then
+	if ! bin/cluster hostcheck; then
 		echo "make test: test/cluster needs the local cluster and this machine cannot run it (see above)." >&2
 		echo "Run make test as root on a machine with runc (hack/tools/build-cluster.sh installs it on Debian), or CLUSTER=skip make test to run every other test without test/cluster." >&2
 		exit 1
@@ -32,6 +32,8 @@ if ! bin/cluster running >/dev/null 2>&1; then
 	started=1
 fi
 
+KUBECACHEDIR=$(bin/cluster kubecachedir)
+export KUBECACHEDIR
 echo "== module test, package cluster (on the local cluster)"
 rc=0
 (cd test && go test -race -count=1 -timeout 40m ${GO_TEST_FLAGS:-} ./cluster/...) || rc=$?

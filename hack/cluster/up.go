@@ -30,7 +30,7 @@ func Up(ctx context.Context, l Layout, w io.Writer) error {
 		step("a cluster is already up (%s); `make cluster-down` stops it", l.Data)
 		return nil
 	}
-	if err := Preflight(l); err != nil {
+	if err := CheckHost(l); err != nil {
 		return err
 	}
 	for _, dir := range []string{l.Data, l.State} {
@@ -176,6 +176,9 @@ func node(l Layout) []component {
 		{name: "kubelet", bin: l.Bin("kubelet"), args: []string{
 			"--config=" + l.componentConfig("kubelet.yaml"), "--kubeconfig=" + filepath.Join(l.Data, "kubelet.kubeconfig"),
 			"--root-dir=" + filepath.Join(l.Data, "kubelet"), "--hostname-override=" + NodeName, "--node-ip=" + NodeIP.String(),
+			// Its serving certificate and key: under /var/lib/kubelet/pki
+			// otherwise, whatever --root-dir says.
+			"--cert-dir=" + l.pki("kubelet"),
 		}},
 		{name: "kube-proxy", bin: l.Bin("kube-proxy"), args: []string{"--config=" + l.componentConfig("kube-proxy.yaml")}},
 	}
@@ -199,9 +202,10 @@ func importSystemImages(l Layout) error {
 	return nil
 }
 
-// kubectl runs the cached kubectl as the administrator.
+// kubectl runs the cached kubectl as the administrator, its discovery and
+// HTTP caches under State (else ~/.kube/cache).
 func kubectl(l Layout, stdin io.Reader, args ...string) error {
-	cmd := exec.Command(l.Bin("kubectl"), append([]string{"--kubeconfig", l.Kubeconfig()}, args...)...)
+	cmd := exec.Command(l.Bin("kubectl"), append([]string{"--kubeconfig", l.Kubeconfig(), "--cache-dir", l.KubeCacheDir()}, args...)...)
 	cmd.Stdin = stdin
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -11,15 +11,14 @@
 # version, and is reused only if it runs and reports that version. The host's
 # runc, iptables, conntrack and CNI plugins come from Debian packages, installed
 # here when missing (as root). Nothing is downloaded but Go modules and those
-# packages.
+# packages. Versions come from hack/versions/versions.env; each module must
+# require its pin, and pause's must be the tag of the Kubernetes release's own
+# build/pause, or this stops before building anything.
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
-CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
-COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
-PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
-
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../versions/versions.env
+. "$here/../versions/versions.env"
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 cache_root=${TRIPSWITCH_CACHE_DIR:-${XDG_CACHE_HOME:-$home/.cache}/tripswitch}
 k8s="$cache_root/k8s/$KUBE_VERSION"
@@ -45,6 +44,28 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 reports() { local v; v=$("$1" "${@:3}" 2>/dev/null) && grep -q -- "$2" <<<"$v"; }
+# built_from BINARY MODULE VERSION: the binary's build info names MODULE at
+# VERSION (as its main module, "mod", when the command is MODULE's own).
+built_from() { local v; v=$(go version -m "$1" 2>/dev/null) && grep -qE "^[[:space:]]+(mod|dep)[[:space:]]+$2[[:space:]]+$3([[:space:]]|$)" <<<"$v"; }
+
+# requires MODULE_DIR MODULE WANT: fail unless the module selects WANT of MODULE.
+requires() {
+	local got
+	got=$(cd "$here/$1" && go list -m -f '{{.Version}}' "$2") || { echo "build-cluster.sh: go list -m $2 in hack/tools/$1 failed" >&2; exit 1; }
+	if [ "$got" != "$3" ]; then
+		echo "build-cluster.sh: hack/tools/$1/go.mod requires $2 $got, but hack/versions/versions.env pins $3" >&2
+		exit 1
+	fi
+}
+requires kube-node k8s.io/kubernetes "$KUBE_VERSION"
+requires containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
+requires coredns github.com/coredns/coredns "$COREDNS_VERSION"
+kube_src=$(cd "$here/kube-node" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+pause_tag=$(sed -n 's/^TAG ?= //p' "$kube_src/build/pause/Makefile")
+if [ "$pause_tag" != "$PAUSE_VERSION" ]; then
+	echo "build-cluster.sh: Kubernetes $KUBE_VERSION's build/pause is tagged $pause_tag, but hack/versions/versions.env pins PAUSE_VERSION=$PAUSE_VERSION" >&2
+	exit 1
+fi
 
 # build MODULE_DIR OUT PKG LDFLAGS [TAGS]: into a temporary file, then rename,
 # so an interrupted build never leaves a binary that looks valid.
@@ -59,7 +80,7 @@ kube_ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.
 for c in kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
 	flag=--version; [ $c = kubectl ] && flag="version --client"
 	# shellcheck disable=SC2086
-	if [ -x "$k8s/$c" ] && reports "$k8s/$c" "$KUBE_VERSION" $flag; then
+	if [ -x "$k8s/$c" ] && reports "$k8s/$c" "$KUBE_VERSION" $flag && built_from "$k8s/$c" k8s.io/kubernetes "$KUBE_VERSION"; then
 		echo "$c $KUBE_VERSION: cached in $k8s"
 	else
 		echo "building $c $KUBE_VERSION (first time: about 4 minutes each on 2 cores, less once kube-apiserver's packages are in go's cache)..."
@@ -90,7 +111,7 @@ if [ -x "$pause/pause" ] && reports "$pause/pause" "pause.c v$PAUSE_VERSION" -v;
 	echo "pause $PAUSE_VERSION: cached in $pause"
 else
 	echo "building pause $PAUSE_VERSION from k8s.io/kubernetes@$KUBE_VERSION's build/pause/linux/pause.c..."
-	src=$(cd "$here/kube-node" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+	src=$kube_src/build/pause/linux/pause.c
 	gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$pause/pause.tmp" "$src"
 	strip "$pause/pause.tmp"
 	mv -f "$pause/pause.tmp" "$pause/pause"

@@ -444,3 +444,15 @@ func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Requests is how many API requests the auditor has made (NewAuditor only).
 func (a *Auditor) Requests() int64 { return a.requests.Load() }
+
+// Resources are the listable resources the webhook's rules send CREATE or
+// UPDATE of, as the audit resolves them through discovery: what an audit
+// lists, and so what a remediation of it may patch or evict.
+func (a *Auditor) Resources(rules []admissionregistrationv1.RuleWithOperations) ([]schema.GroupResource, []string, error) {
+	res, notes, err := a.resources(rules)
+	var out []schema.GroupResource
+	for _, r := range res {
+		out = append(out, r.GroupResource())
+	}
+	return out, notes, err
+}

@@ -1,16 +1,17 @@
-// Package demo runs the delayed-webhook experiment on a real API
-// server: a webhook with failurePolicy Fail and timeoutSeconds 1 starts
-// answering after 2s, tripswitch opens its circuit, the webhook recovers, and
-// tripswitch restores it; once with openAction Ignore and once with Bypass.
+// Package demo is the delayed-webhook experiment, written once and run in
+// an Environment: a webhook with failurePolicy Fail and timeoutSeconds 1
+// starts answering after 2s, tripswitch opens its circuit, the webhook
+// recovers, and tripswitch restores it; with openAction Ignore, with Bypass,
+// and with Ignore and the API server signal. `make demo` runs it on envtest
+// (Local), `make demo-cluster` and test/cluster in a real cluster (Cluster).
 package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,24 +19,16 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
-	"github.com/tripswitch-dev/tripswitch/config/crd"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/controller"
-	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
+	"github.com/tripswitch-dev/tripswitch/internal/fixtures/defaulthook"
 )
 
 // Names used in the demo cluster.
@@ -46,22 +39,54 @@ const (
 	Breaker       = "slow-mutator"
 )
 
+// Environment is where the experiment runs: an API server that calls a
+// webhook, and tripswitch's controller watching that API server. Execute
+// creates the namespace, the webhook configuration and the breaker through
+// Client, and makes the webhook slow through SetDelay; the environment owns
+// the rest (Local: envtest, a webhook on 127.0.0.1 and the controller in
+// this process; Cluster: a webhook Deployment behind a Service, and
+// tripswitch as installed in the cluster).
+type Environment interface {
+	// Client is an administrator's client of the API server.
+	Client() client.Client
+	// ClientConfig is how the API server calls the webhook: at /mutate.
+	ClientConfig() admissionregistrationv1.WebhookClientConfig
+	// SetDelay makes every later answer of the webhook, /healthz's too, come
+	// after d; 0 heals it.
+	SetDelay(ctx context.Context, d time.Duration) error
+	// Called reports whether the webhook reviewed this object's create, from
+	// the object the API server returned.
+	Called(ctx context.Context, created *corev1.ConfigMap) bool
+	// Mutates says the webhook labels what it admits
+	// (defaulthook.InjectedLabel), so each create says whether it went
+	// through the webhook.
+	Mutates() bool
+	// String names the environment in the progress lines.
+	String() string
+}
+
 // Options configure a demo run.
 type Options struct {
-	// Assets holds kube-apiserver and etcd.
-	Assets string
-	// Dir receives timeline.svg, timeline.png and controller.log.
-	Dir string
-	// Out receives progress lines and the report.
+	// Out receives progress lines.
 	Out io.Writer
 	// Creates is how many ConfigMaps each measured phase creates. Default 7.
 	Creates int
 	// Delay is the injected webhook delay. Default 2s, past the 1s timeout.
 	Delay time.Duration
-	// Controller starts tripswitch against the control plane and returns a
-	// function that stops it. Nil runs it in this process (InProcess).
-	Controller func(ctx context.Context, cfg *rest.Config, dir string) (stop func(), err error)
+	// Passes are the runs, in order. Default Passes.
+	Passes []Pass
 }
+
+// Pass is one run's open action, and whether the API server signal is on
+// (with four clients creating at once while the webhook is delayed).
+type Pass struct {
+	Action v1alpha1.OpenAction
+	Signal bool
+}
+
+// Passes are the demo's runs: Ignore, Bypass, then Ignore with the API
+// server signal.
+var Passes = []Pass{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionIgnore, true}}
 
 // Phase is one step of the scenario.
 type Phase string
@@ -81,7 +106,10 @@ type Sample struct {
 	At       time.Duration // since the run started
 	Latency  time.Duration
 	Admitted bool
-	Err      string
+	// Mutated: the webhook's label came back on the object (only where the
+	// environment's webhook Mutates).
+	Mutated bool
+	Err     string
 }
 
 // Run is one pass of the scenario with one open action.
@@ -90,7 +118,9 @@ type Run struct {
 	// Signal: the breaker also used the API server signal in this run, and
 	// the creates of the delayed phase came four at a time, as from several
 	// clients.
-	Signal  bool
+	Signal bool
+	// Mutates: the webhook mutates, so each sample says whether it did.
+	Mutates bool
 	Samples []Sample
 	// FaultAt, OpenedAt, RecoveredAt and ClosedAt are offsets from the run's start.
 	FaultAt, OpenedAt, RecoveredAt, ClosedAt time.Duration
@@ -106,68 +136,50 @@ type Run struct {
 	OpenedBy           string
 	// Webhook is the target webhook as read back from the API server at each phase.
 	Webhook map[Phase]string
+	// Before and After are the configuration's annotations and webhooks as
+	// JSON before the fault and after the close: a close restores it byte
+	// for byte.
+	Before, After string
 	// Failures lists expectations that did not hold.
 	Failures []string
 }
 
-// env is a running demo: control plane, webhook, controller.
-type env struct {
+// scenario is a running demo: its environment and the run's clock.
+type scenario struct {
 	opts  Options
+	env   Environment
 	c     client.Client
-	hook  *slowhook.Server
 	start time.Time
 }
 
-// Execute runs the demo: both actions in turn. It returns the runs even when
-// some expectation failed; the error says which.
-func Execute(ctx context.Context, opts Options) ([]Run, error) {
+// Execute runs the experiment in env: each of opts.Passes in turn. It
+// creates the namespace, the webhook configuration and the breaker, and
+// deletes them at the end. It returns the runs even when some expectation
+// failed; the error says which.
+func Execute(ctx context.Context, env Environment, opts Options) ([]Run, error) {
 	if opts.Creates == 0 {
 		opts.Creates = 7
 	}
 	if opts.Delay == 0 {
 		opts.Delay = 2 * time.Second
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create output directory: %w", err)
+	if opts.Passes == nil {
+		opts.Passes = Passes
 	}
-	logf(opts.Out, "starting kube-apiserver and etcd from %s", opts.Assets)
-	cp, cfg, scheme, err := startControlPlane(opts.Assets)
-	if err != nil {
-		return nil, err
+	if opts.Out == nil {
+		opts.Out = io.Discard
 	}
-	defer func() { _ = cp.Stop() }()
-
-	hook, err := slowhook.Start()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = hook.Close() }()
-
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("create client: %w", err)
-	}
-	e := &env{opts: opts, c: c, hook: hook}
+	e := &scenario{opts: opts, env: env, c: env.Client()}
+	defer e.uninstall()
 	if err := e.install(ctx); err != nil {
 		return nil, err
 	}
-	if opts.Controller == nil {
-		opts.Controller = InProcess
-	}
-	stop, err := opts.Controller(ctx, cfg, opts.Dir)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	logf(opts.Out, "controller running with leader election; webhook %s at %s", Webhook, hook.URL)
+	logf(opts.Out, "%s; webhook %s", env, Webhook)
 
 	var runs []Run
 	var failed []string
-	for _, pass := range []struct {
-		action v1alpha1.OpenAction
-		signal bool
-	}{{v1alpha1.OpenActionIgnore, false}, {v1alpha1.OpenActionBypass, false}, {v1alpha1.OpenActionIgnore, true}} {
-		run, err := e.run(ctx, pass.action, pass.signal)
+	for _, pass := range opts.Passes {
+		run, err := e.run(ctx, pass.Action, pass.Signal)
 		name := run.Name()
 		if err != nil {
 			return runs, fmt.Errorf("%s run: %w", name, err)
@@ -183,28 +195,6 @@ func Execute(ctx context.Context, opts Options) ([]Run, error) {
 	return runs, nil
 }
 
-func startControlPlane(assets string) (*envtest.Environment, *rest.Config, *runtime.Scheme, error) {
-	crds, err := crd.All()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	scheme, err := Scheme()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			return nil, nil, nil, fmt.Errorf("%s not found in %s: run `make tools` first (or `make demo`, which does)", bin, assets)
-		}
-	}
-	cp := &envtest.Environment{BinaryAssetsDirectory: assets, CRDInstallOptions: envtest.CRDInstallOptions{CRDs: crds}, Scheme: scheme}
-	cfg, err := cp.Start()
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("start control plane: %w", err)
-	}
-	return cp, cfg, scheme, nil
-}
-
 // Scheme returns a scheme with the built-in types and tripswitch's API.
 func Scheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
@@ -217,49 +207,16 @@ func Scheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
-// InProcess runs the controller manager in this process, logging to
-// dir/controller.log; stop may be called more than once.
-func InProcess(ctx context.Context, cfg *rest.Config, dir string) (stop func(), err error) {
-	scheme, err := Scheme()
-	if err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "controller.log"))
-	if err != nil {
-		return nil, fmt.Errorf("create controller log: %w", err)
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		LeaderElection:                true,
-		LeaderElectionID:              "tripswitch.dev",
-		LeaderElectionNamespace:       "default",
-		LeaderElectionReleaseOnCancel: true,
-		// Tests run it again in the same process (go test -count).
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
-	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: &probe.HTTPProber{}, SignalInterval: time.Second}); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = mgr.Start(ctx); close(done) }()
-	return func() { cancel(); <-done; _ = logFile.Close() }, nil
-}
-
 // install creates the namespace, the webhook configuration (Fail,
-// timeoutSeconds 1, ConfigMap creates) and the breaker.
-func (e *env) install(ctx context.Context) error {
+// timeoutSeconds 1, ConfigMap creates in the namespace) and the breaker,
+// then waits until the API server calls the webhook.
+func (e *scenario) install(ctx context.Context) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: Configuration},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:           Webhook,
-			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: ptr.To(e.hook.URL + "/mutate"), CABundle: e.hook.CABundle},
+			ClientConfig:   e.env.ClientConfig(),
 			FailurePolicy:  ptr.To(admissionregistrationv1.Fail),
 			TimeoutSeconds: ptr.To(int32(1)),
 			Rules: []admissionregistrationv1.RuleWithOperations{{
@@ -279,6 +236,14 @@ func (e *env) install(ctx context.Context) error {
 			OpenAction:                    v1alpha1.OpenActionIgnore,
 		},
 	}
+	// What an interrupted run left goes first, and a namespace an earlier
+	// run deleted may still be terminating (a cluster's namespace controller
+	// empties it first).
+	for _, obj := range []client.Object{wcb.DeepCopy(), cfg.DeepCopy(), ns.DeepCopy()} {
+		if err := e.gone(ctx, obj, 3*time.Minute); err != nil {
+			return err
+		}
+	}
 	for _, obj := range []client.Object{ns, cfg, wcb} {
 		if err := e.c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
@@ -286,23 +251,70 @@ func (e *env) install(ctx context.Context) error {
 	}
 	// The API server loads webhook configurations asynchronously: wait until
 	// it calls this one before measuring anything.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for i := 0; ; i++ {
-		name := fmt.Sprintf("warmup-%d", i)
-		err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name}})
-		if err == nil && e.hook.Saw(Namespace, name) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("warmup-%d", i)}}
+		err := e.c.Create(ctx, cm)
+		if err == nil && e.env.Called(ctx, cm) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the API server never called the demo webhook")
+			return fmt.Errorf("the API server never called the demo webhook (last create: %v)", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
+// uninstall deletes the breaker (its finalizer restores the configuration
+// if a circuit is still open) and the configuration, waiting until each is
+// gone, then the namespace, without waiting: the next run waits for it
+// (envtest has no namespace controller to finish it).
+func (e *scenario) uninstall() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, obj := range []client.Object{
+		&v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: Breaker}},
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: Configuration}},
+	} {
+		if err := e.c.Delete(ctx, obj); err == nil {
+			_ = e.waitGone(ctx, obj)
+		}
+	}
+	_ = e.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}})
+}
+
+// gone deletes obj if it exists and waits up to limit until it is gone.
+func (e *scenario) gone(ctx context.Context, obj client.Object, limit time.Duration) error {
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err := e.c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %T %s left by an earlier run: %w", obj, obj.GetName(), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := e.waitGone(ctx, obj); err != nil {
+		return fmt.Errorf("%T %s, left by an earlier run, still there after %s: %w", obj, obj.GetName(), limit, err)
+	}
+	return nil
+}
+
+func (e *scenario) waitGone(ctx context.Context, obj client.Object) error {
+	for {
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // run is one pass of the scenario with action.
-func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) (Run, error) {
-	r := Run{Action: action, Signal: signal, Webhook: map[Phase]string{}}
+func (e *scenario) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) (Run, error) {
+	r := Run{Action: action, Signal: signal, Mutates: e.env.Mutates(), Webhook: map[Phase]string{}}
 	if err := e.configure(ctx, action, signal); err != nil {
 		return r, err
 	}
@@ -314,8 +326,11 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 	logf(out, "[%s] phase 1: healthy webhook, policy Fail: creating %d ConfigMaps", name, e.opts.Creates)
 	e.creates(ctx, &r, PhaseHealthy, e.opts.Creates)
 	r.Webhook[PhaseHealthy] = e.describe(ctx)
+	r.Before = e.snapshot(ctx)
 
-	e.hook.SetDelay(e.opts.Delay)
+	if err := e.env.SetDelay(ctx, e.opts.Delay); err != nil {
+		return r, err
+	}
 	r.FaultAt = e.since()
 	logf(out, "[%s] phase 2: webhook now answers after %s (timeoutSeconds 1); creating until the circuit opens", name, e.opts.Delay)
 	for !w.open() {
@@ -330,6 +345,10 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 	}
 	r.OpenedAt, r.StillClosedAt = w.openedAt(), w.stillClosedAt()
 	r.Webhook[PhaseOpen] = e.describe(ctx)
+	// The API server applies a configuration a moment after it stored it.
+	if err := e.settle(ctx, "admitted", func(s Sample) bool { return s.Admitted }); err != nil {
+		return r, err
+	}
 	logf(out, "[%s] phase 3: circuit open after %s: creating %d ConfigMaps", name, (r.OpenedAt - r.FaultAt).Round(10*time.Millisecond), e.opts.Creates)
 	e.creates(ctx, &r, PhaseOpen, e.opts.Creates)
 	// Whether the probes or the signal saw the fault first is a race (on a
@@ -341,7 +360,9 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 	}
 	r.ProbesAt, r.SignalAt, r.OpenedBy = w.signals()
 
-	e.hook.SetDelay(0)
+	if err := e.env.SetDelay(ctx, 0); err != nil {
+		return r, err
+	}
 	r.RecoveredAt = e.since()
 	logf(out, "[%s] phase 4: webhook healthy again; waiting for the circuit to close", name)
 	for w.open() {
@@ -353,6 +374,12 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 	}
 	r.ClosedAt = w.closedAt()
 	r.Webhook[PhaseRecovered] = e.describe(ctx)
+	r.After = e.snapshot(ctx)
+	if e.env.Mutates() {
+		if err := e.settle(ctx, "mutated", func(s Sample) bool { return s.Mutated }); err != nil {
+			return r, err
+		}
+	}
 	logf(out, "[%s] phase 5: circuit closed after %s: creating %d ConfigMaps", name, (r.ClosedAt - r.RecoveredAt).Round(10*time.Millisecond), e.opts.Creates)
 	e.creates(ctx, &r, PhaseRecovered, e.opts.Creates)
 	r.Failures = check(r)
@@ -360,7 +387,7 @@ func (e *env) run(ctx context.Context, action v1alpha1.OpenAction, signal bool) 
 }
 
 // configure sets the breaker's open action and API server signal.
-func (e *env) configure(ctx context.Context, action v1alpha1.OpenAction, signal bool) error {
+func (e *scenario) configure(ctx context.Context, action v1alpha1.OpenAction, signal bool) error {
 	var wcb v1alpha1.WebhookCircuitBreaker
 	if err := e.c.Get(ctx, client.ObjectKey{Name: Breaker}, &wcb); err != nil {
 		return fmt.Errorf("get breaker: %w", err)
@@ -380,7 +407,6 @@ func (e *env) configure(ctx context.Context, action v1alpha1.OpenAction, signal 
 	return nil
 }
 
-// runName names a run in logs and reports.
 // Name names the run: its open action, and the API server signal if on.
 func (r Run) Name() string {
 	if r.Signal {
@@ -390,7 +416,7 @@ func (r Run) Name() string {
 }
 
 // parallelCreates makes n ConfigMaps at once, as n clients would.
-func (e *env) parallelCreates(ctx context.Context, r *Run, phase Phase, n int) {
+func (e *scenario) parallelCreates(ctx context.Context, r *Run, phase Phase, n int) {
 	results := make([]Run, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -402,24 +428,59 @@ func (e *env) parallelCreates(ctx context.Context, r *Run, phase Phase, n int) {
 	}
 }
 
-func (e *env) since() time.Duration { return time.Since(e.start) }
+func (e *scenario) since() time.Duration { return time.Since(e.start) }
 
 // creates makes n ConfigMaps in the demo namespace and records each.
-func (e *env) creates(ctx context.Context, r *Run, phase Phase, n int) {
+func (e *scenario) creates(ctx context.Context, r *Run, phase Phase, n int) {
 	for range n {
 		at := e.since()
 		t0 := time.Now()
-		err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, GenerateName: "demo-"}})
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, GenerateName: "demo-"}}
+		err := e.c.Create(ctx, cm)
 		s := Sample{Phase: phase, At: at, Latency: time.Since(t0), Admitted: err == nil}
 		if err != nil {
 			s.Err = err.Error()
 		}
+		s.Mutated = err == nil && e.env.Mutates() && cm.Labels[defaulthook.InjectedLabel] == "true"
 		r.Samples = append(r.Samples, s)
 	}
 }
 
+// settle waits, with dry-run creates that are not measured, until one is
+// what the next phase expects: the API server applies a configuration the
+// controller wrote a moment after the write (a cluster's API server, busy,
+// later than envtest's).
+func (e *scenario) settle(ctx context.Context, what string, want func(Sample) bool) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, GenerateName: "settle-"}}
+		err := e.c.Create(ctx, cm, client.DryRunAll)
+		s := Sample{Admitted: err == nil, Mutated: err == nil && cm.Labels[defaulthook.InjectedLabel] == "true"}
+		if want(s) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server did not apply the written configuration within a minute: a dry-run create is not %s (%v)", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// snapshot is the configuration's annotations and webhooks as JSON.
+func (e *scenario) snapshot(ctx context.Context) string {
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	if err := e.c.Get(ctx, client.ObjectKey{Name: Configuration}, &cfg); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	b, err := json.Marshal([]any{cfg.Annotations, cfg.Webhooks})
+	if err != nil {
+		return "unmarshallable: " + err.Error()
+	}
+	return string(b)
+}
+
 // describe reads the target webhook back from the API server.
-func (e *env) describe(ctx context.Context) string {
+func (e *scenario) describe(ctx context.Context) string {
 	var cfg admissionregistrationv1.MutatingWebhookConfiguration
 	if err := e.c.Get(ctx, client.ObjectKey{Name: Configuration}, &cfg); err != nil {
 		return "unreadable: " + err.Error()
@@ -458,7 +519,7 @@ type watcher struct {
 	done       chan struct{}
 }
 
-func (e *env) watch(ctx context.Context) *watcher {
+func (e *scenario) watch(ctx context.Context) *watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watcher{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -558,6 +619,17 @@ func (r Run) Latencies(p Phase) (lat []time.Duration, admitted int) {
 	return lat, admitted
 }
 
+// MutatedIn counts the phase's creates the webhook mutated.
+func (r Run) MutatedIn(p Phase) int {
+	n := 0
+	for _, s := range r.Samples {
+		if s.Phase == p && s.Mutated {
+			n++
+		}
+	}
+	return n
+}
+
 // AdmittedBefore counts the phase's admitted creates that ended before t.
 func (r Run) AdmittedBefore(p Phase, t time.Duration) int {
 	n := 0
@@ -613,6 +685,14 @@ func check(r Run) []string {
 	if r.Signal {
 		expect(r.SignalAt > 0, "the API server signal never showed failing")
 	}
+	if r.Mutates {
+		for _, p := range []Phase{PhaseHealthy, PhaseRecovered} {
+			lat, _ := r.Latencies(p)
+			expect(r.MutatedIn(p) == len(lat), "%s: %d of %d creates mutated, want all (the webhook reviewed each)", p, r.MutatedIn(p), len(lat))
+		}
+		expect(r.MutatedIn(PhaseOpen) == 0, "%s: %d creates mutated, want none (the webhook times out, or is skipped)", PhaseOpen, r.MutatedIn(PhaseOpen))
+	}
+	expect(r.Before != "" && r.Before == r.After, "the configuration after the close is not what it was before the fault:\nbefore %s\nafter  %s", r.Before, r.After)
 	expect(r.Webhook[PhaseHealthy] == "failurePolicy=Fail", "healthy webhook reads %q", r.Webhook[PhaseHealthy])
 	expect(r.Webhook[PhaseRecovered] == "failurePolicy=Fail", "restored webhook reads %q, want the original failurePolicy=Fail", r.Webhook[PhaseRecovered])
 	return f

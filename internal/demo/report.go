@@ -21,7 +21,11 @@ func Report(w io.Writer, runs []Run) error {
 			if len(lat) == 0 {
 				continue
 			}
-			phases.add(string(p), policyIn(r, p), result(admitted, len(lat)), ms(r.Median(p)), ms(lat[len(lat)-1]))
+			res := result(admitted, len(lat))
+			if r.Mutates && admitted > 0 {
+				res += fmt.Sprintf(", %d mutated", r.MutatedIn(p))
+			}
+			phases.add(string(p), policyIn(r, p), res, ms(r.Median(p)), ms(lat[len(lat)-1]))
 		}
 	}
 	timings := table{header: []string{"action", "fault → open", "rejected before open", "admitted as it opened", "recovery → closed", "open p50 vs healthy p50"},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/hack/cluster"
+	"github.com/tripswitch-dev/tripswitch/internal/demo"
 )
 
 // starved is how many healthy breakers the CPU-limited controller holds.
@@ -38,7 +39,7 @@ func starveNames() []any {
 // cgroup, from inside the container.
 func testCPULimit(t *testing.T) {
 	names := starveNames()
-	approved := append([]any{seedHook, probeHook, failoverHook, remediateHook, lifecycleHook}, names...)
+	approved := append([]any{demo.Configuration, probeHook, failoverHook, remediateHook, lifecycleHook}, names...)
 	limited := map[string]any{
 		"approvedWebhookConfigurations": map[string]any{"mutating": approved},
 		"resources": map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "64Mi"},

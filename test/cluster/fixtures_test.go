@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/demo"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/selfsigned"
 )
 
@@ -64,8 +65,9 @@ func chartValues(extra map[string]any) map[string]any {
 	v := map[string]any{
 		"image": map[string]any{"repository": imageRepository, "tag": imageTag, "pullPolicy": "Never"},
 		"approvedWebhookConfigurations": map[string]any{"mutating": []any{
-			seedHook, probeHook, failoverHook, remediateHook, lifecycleHook, starveHook}},
+			demo.Configuration, probeHook, failoverHook, remediateHook, lifecycleHook, starveHook}},
 		"endpointProbing": map[string]any{"enabled": true},
+		"apiServerSignal": map[string]any{"enabled": true},
 		"audit":           map[string]any{"enabled": true, "resources": pods},
 		"leaderElection":  map[string]any{"leaseDuration": "8s", "renewDeadline": "6s", "retryPeriod": "1s"},
 		// Two replicas and the webhooks share 2 cores with the tests.
@@ -510,7 +512,6 @@ func deleteAndWait(t testing.TB, o client.Object) {
 
 // The webhook configurations the tests make, each approved in the chart.
 const (
-	seedHook      = "seed-hook"
 	probeHook     = "probe-hook"
 	failoverHook  = "failover-hook"
 	remediateHook = "remediate-hook"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,12 +20,13 @@ import (
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
-// The controller image: what `make release` builds, at a version of this
-// run's own, imported into the cluster's containerd (pullPolicy Never).
+// The images `make cluster-images` builds and imports into the cluster's
+// containerd (pulled Never): the controller as `make release
+// PLATFORMS=linux/amd64` builds it, and the sample webhook.
 const (
 	imageRepository = "ghcr.io/tripswitch-dev/tripswitch"
-	imageTag        = "v0.0.0-cluster"
-	hookImage       = "tripswitch.test/hookserver:cluster"
+	imageTag        = "v0.0.0-local"
+	hookImage       = "tripswitch.test/hookserver:local"
 )
 
 // env is what every test shares: the cluster's layout, an administrator's
@@ -51,8 +51,8 @@ func TestMain(m *testing.M) {
 }
 
 // setup finds the cluster (never skipping: without one the package fails
-// and says how to get one), builds the controller image with hack/release
-// and the webhook image, and imports both.
+// and says how to get one), and builds and imports the controller's and
+// the webhook's images with `make cluster-images`.
 func setup() error {
 	l, err := cluster.DefaultLayout()
 	if err != nil {
@@ -85,40 +85,13 @@ func setup() error {
 		return err
 	}
 	began := time.Now()
-	if err := importControllerImage(); err != nil {
-		return err
+	cmd := exec.Command("make", "--no-print-directory", "cluster-images")
+	cmd.Dir = env.root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make cluster-images: %w\n%s", err, b)
 	}
-	if err := importHookImage(); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "test/cluster: images built and imported in %v\n", time.Since(began).Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "test/cluster: images built and imported (make cluster-images) in %v\n", time.Since(began).Round(100*time.Millisecond))
 	return nil
-}
-
-// importControllerImage runs the release build (both platforms, as `make
-// release` does) and imports the OCI archive's amd64 image.
-func importControllerImage() error {
-	out := filepath.Join(env.scratch, "dist")
-	cmd := exec.Command("go", "run", ".", "-version", imageTag, "-repository", imageRepository, "-out", out)
-	cmd.Dir = filepath.Join(env.root, "hack", "release")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("release build: %w\n%s", err, b)
-	}
-	return cluster.Import(env.layout, filepath.Join(out, "tripswitch-"+imageTag+".oci.tar"), imageRepository+":"+imageTag)
-}
-
-// importHookImage builds hookserver as a static binary and imports it as a
-// one-file image.
-func importHookImage() error {
-	bin := filepath.Join(env.scratch, "hookserver")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./hookserver")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build hookserver: %w\n%s", err, b)
-	}
-	return cluster.BuildAndImport(env.layout, env.scratch, cluster.Image{
-		Ref: hookImage, Files: map[string]string{"/hookserver": bin}, Entrypoint: []string{"/hookserver"}, User: "65532:65532",
-	})
 }
 
 // eventually polls cond every 200 ms until it holds or limit passes.

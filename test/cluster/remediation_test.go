@@ -1,8 +1,12 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +15,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -24,8 +26,10 @@ import (
 )
 
 // testRemediation: a Deployment's Pods admitted while the Pod-mutating
-// webhook was bypassed are rolled by `tripswitch remediate --apply` (run as a
-// Job in the cluster, from the release image): each is
+// webhook was bypassed are rolled by `tripswitch remediate --apply`, run as
+// the Job that `tripswitch remediate --job` prints (from the release image,
+// under the least-privilege ClusterRole it prints, applied with the pinned
+// kubectl): each is
 // evicted through the Eviction API, the disruption controller holds the PDB,
 // and the ReplicaSet recreates the Pod through the recovered webhook. All end
 // mutated, and the number of Ready Pods never drops below minAvailable.
@@ -79,8 +83,8 @@ func testRemediation(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	out, err := tripswitchJob(t, "remediate", "remediate", b.Name, "--apply", "--eviction-timeout", "3m")
-	t.Logf("tripswitch remediate %s --apply (a Job):\n%s", b.Name, out)
+	out, err := remediationJob(t, b.Name, "--apply", "--eviction-timeout", "3m")
+	t.Logf("tripswitch remediate %s --apply (the Job of --job):\n%s", b.Name, out)
 	if err != nil {
 		t.Fatalf("remediate: %v", err)
 	}
@@ -114,41 +118,45 @@ func shopPods(ctx context.Context, ns string) (ready, mutated int, err error) {
 	return ready, mutated, nil
 }
 
-// tripswitchJob runs the tripswitch command as a Job in the cluster, from
-// the release image, as a ServiceAccount bound to cluster-admin, and returns
-// its log. In the cluster, as an operator would run it there: it re-reviews
-// objects by calling the webhook at <svc>.<ns>.svc, a name only the
-// cluster's DNS resolves.
-func tripswitchJob(t testing.TB, name string, args ...string) (string, error) {
+// remediationJob prints `tripswitch remediate BREAKER ARGS --job` with the
+// CLI built from this checkout, as an operator would, applies what it
+// prints with the cluster's kubectl, waits for the Job and returns its log.
+// The Job runs in the cluster: it re-reviews objects by calling the webhook
+// at <svc>.<ns>.svc, a name only the cluster's DNS resolves; and it runs
+// with the printed ClusterRole alone.
+func remediationJob(t testing.TB, breaker string, args ...string) (string, error) {
 	t.Helper()
 	ctx := t.Context()
 	const ns = "tripswitch-cli"
 	ensureNamespace(t, ns)
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: ns}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tripswitch-cli-operator"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}}}
-	if err := env.client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	cli := filepath.Join(env.scratch, "tripswitch")
+	build := exec.Command("go", "build", "-o", cli, "./cmd/tripswitch")
+	build.Dir = env.root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the CLI: %v\n%s", err, b)
 	}
-	if err := env.client.Create(ctx, binding); err == nil {
-		t.Cleanup(func() { deleteAndWait(t, binding) })
-	} else if !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	printJob := exec.Command(cli, append(append([]string{"remediate", breaker}, args...),
+		"--job", "--job-image", imageRepository+":"+imageTag, "--job-namespace", ns, "--kubeconfig", env.layout.Kubeconfig())...)
+	manifest, err := printJob.Output()
+	if err != nil {
+		t.Fatalf("tripswitch remediate --job: %v", err)
 	}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			ServiceAccountName: sa.Name, RestartPolicy: corev1.RestartPolicyNever,
-			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532)},
-			Containers:      []corev1.Container{{Name: "tripswitch", Image: imageRepository + ":" + imageTag, ImagePullPolicy: corev1.PullNever, Args: args}},
-		}}}}
-	if err := env.client.Create(ctx, job); err != nil {
-		t.Fatal(err)
+	t.Logf("tripswitch remediate %s %s --job printed:\n%s", breaker, strings.Join(args, " "), manifest)
+	kubectl := func(stdin []byte, args ...string) {
+		t.Helper()
+		cmd := exec.Command(env.layout.Bin("kubectl"), append([]string{"--kubeconfig", env.layout.Kubeconfig()}, args...)...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
 	}
+	kubectl(manifest, "apply", "-f", "-")
+	t.Cleanup(func() { kubectl(manifest, "delete", "--wait", "-f", "-") })
+	name := "tripswitch-remediate-" + breaker
 	var failed bool
 	eventually(t, 10*time.Minute, "job "+name+" finished", func(ctx context.Context) (bool, error) {
 		var j batchv1.Job
-		if err := env.client.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+		if err := env.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
 			return false, err
 		}
 		failed = j.Status.Failed > 0

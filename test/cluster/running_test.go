@@ -25,12 +25,13 @@ import (
 // uninstalls it.
 func TestCluster(t *testing.T) {
 	t.Run("Running", testRunning)
-	t.Run("SeedExperiment", testSeedExperiment)
+	t.Run("DelayedWebhook", testDelayedWebhook)
 	t.Run("ServiceProbing", testServiceProbing)
 	t.Run("Failover", testFailover)
 	t.Run("Remediation", testRemediation)
 	t.Run("CPULimit", testCPULimit)
 	t.Run("HelmLifecycle", testHelmLifecycle)
+	t.Run("ByHand", testByHand)
 }
 
 // testRunning: the chart's Deployment runs the release image as two Pods,

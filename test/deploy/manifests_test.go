@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/tripswitch-dev/tripswitch/hack/versions"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
@@ -141,7 +143,11 @@ func helmRenderRelease(t testing.TB, name, ns string, values map[string]any) (re
 	install.Namespace = ns
 	install.Replace = true
 	install.IncludeCRDs = true
-	install.KubeVersion = &common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
+	minor, err := versions.Minor(testenv.KubeVersion)
+	if err != nil {
+		return nil, err
+	}
+	install.KubeVersion = &common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: strconv.Itoa(minor)}
 	rel, err := install.Run(chrt, values)
 	if err != nil {
 		return nil, err

@@ -33,13 +33,18 @@ func TestDemoScenarioAgainstControllerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, err := demo.Execute(t.Context(), demo.Options{
-		Assets: assets, Dir: t.TempDir(), Out: logWriter{t}, Creates: 7,
+	env, err := demo.StartLocal(t.Context(), demo.LocalOptions{
+		Assets: assets, Dir: t.TempDir(), Out: logWriter{t},
 		Controller: func(_ context.Context, cfg *rest.Config, _ string) (func(), error) {
 			p := startController(t, kubeconfigFile(t, cfg), "demo", "--apiserver-signal-interval=1s")
 			return p.kill, nil
 		},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	runs, err := demo.Execute(t.Context(), env, demo.Options{Out: logWriter{t}, Creates: 7})
 	if len(runs) > 0 {
 		var report strings.Builder
 		_ = demo.Report(&report, runs)

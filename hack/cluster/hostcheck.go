@@ -29,11 +29,11 @@ var cniPlugins = []string{"bridge", "host-local", "loopback"}
 // ports the cluster listens on, on loopback.
 var loopbackPorts = []int{2379, 2380, 10248, 10249, 10256, 10257, 10259}
 
-// Preflight says what keeps this machine from running the cluster: not
+// CheckHost says what keeps this machine from running the cluster: not
 // root, a missing binary or host tool, cgroup v1 controllers missing, a port
 // or a name the cluster uses already taken. Each problem is listed with what
 // fixes it.
-func Preflight(l Layout) error {
+func CheckHost(l Layout) error {
 	var problems []string
 	if os.Geteuid() != 0 {
 		problems = append(problems, "not root: the kubelet, containerd and the pod network need root (run as root, or CLUSTER=skip make test)")

@@ -1,0 +1,5 @@
+//go:build !race
+
+package limit_test
+
+const raceEnabled = false
