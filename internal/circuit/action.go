@@ -1,8 +1,10 @@
 package circuit
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -25,11 +27,14 @@ const (
 func (f Field) Has(g Field) bool { return f&g != 0 }
 
 // change is one field as an open left it: the field, whether it is still so
-// on a webhook, and what a message says of it when it is not.
+// on a webhook, what a message says of it when it is not, and the
+// operations that give it back (tested to be still as tripswitch set it).
+// A close gives back every change; a drop, those that still hold.
 type change struct {
-	field Field
-	holds func(Webhook) bool
-	gone  func(Webhook) string
+	field   Field
+	holds   func(Webhook) bool
+	gone    func(Webhook) string
+	restore func(s State, rec v1alpha1.CircuitRecord) []operation
 }
 
 // action is one way tripswitch fails a webhook open: one row of the table
@@ -49,17 +54,18 @@ type action struct {
 	// and end.
 	writes int
 	// changes are what must still hold on the webhook for rec's open to be
-	// intact.
+	// intact, each with how it is given back.
 	changes func(rec *v1alpha1.CircuitRecord) []change
-	// open adds the operations that open webhook i (w) to ops and fills in
-	// what rec records of it.
+	// marks fills in what rec says the open set; check says what a record
+	// of it must say.
+	marks func(rec *v1alpha1.CircuitRecord)
+	check func(rec *v1alpha1.CircuitRecord) error
+	// open returns the operations that open webhook i (w), with rec marked.
 	open func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error)
-	// close returns the operations that give back what rec changed on s's
-	// webhook (intact).
-	close func(s State, rec v1alpha1.CircuitRecord) []operation
 	// failsOpen reports whether w already fails open this way with no
-	// record of tripswitch's.
+	// record of tripswitch's, and already says so.
 	failsOpen func(w Webhook) bool
+	already   string
 }
 
 // actions is the table: Ignore, Bypass, and a trial on Bypass.
@@ -67,25 +73,38 @@ var actions = []action{
 	{
 		name: v1alpha1.OpenActionIgnore, fields: FieldFailurePolicy, writes: 2,
 		changes: func(rec *v1alpha1.CircuitRecord) []change { return []change{policyChange(rec.SetFailurePolicy)} },
+		marks:   func(rec *v1alpha1.CircuitRecord) { rec.SetFailurePolicy = string(admissionregistrationv1.Ignore) },
+		check: func(rec *v1alpha1.CircuitRecord) error {
+			if rec.SetFailurePolicy == "" {
+				return errors.New("action Ignore without setFailurePolicy")
+			}
+			return nil
+		},
 		open: func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error) {
-			rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
 			var ops []operation
 			if w.FailurePolicy != nil {
 				ops = append(ops, operation{Op: "test", Path: webhookPath(i, "failurePolicy"), Value: string(*w.FailurePolicy)})
 			}
 			return append(ops, operation{Op: "add", Path: webhookPath(i, "failurePolicy"), Value: rec.SetFailurePolicy}), nil
 		},
-		close: func(s State, rec v1alpha1.CircuitRecord) []operation {
-			return restorePolicy(s.Index, rec.SetFailurePolicy, rec.OriginalFailurePolicy)
-		},
 		failsOpen: func(w Webhook) bool {
 			return w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Ignore
 		},
+		already: "the webhook's failurePolicy is already Ignore, set without tripswitch, so openAction Ignore can change nothing: " +
+			"in an outage requests are admitted anyway, each after waiting up to the webhook's timeoutSeconds. " +
+			"Set spec.openAction to Bypass to skip the webhook while it is down",
 	},
 	{
 		name: v1alpha1.OpenActionBypass, fields: FieldMatchCondition, writes: 2,
 		changes: func(rec *v1alpha1.CircuitRecord) []change {
 			return []change{conditionChange(rec.MatchCondition, MatchConditionExpression)}
+		},
+		marks: func(rec *v1alpha1.CircuitRecord) { rec.MatchCondition = MatchConditionName },
+		check: func(rec *v1alpha1.CircuitRecord) error {
+			if rec.MatchCondition == "" {
+				return errors.New("action Bypass without matchCondition")
+			}
+			return nil
 		},
 		open: func(w Webhook, i int, rec *v1alpha1.CircuitRecord) ([]operation, error) {
 			if conditionIndex(w.MatchConditions, MatchConditionName) >= 0 {
@@ -94,30 +113,40 @@ var actions = []action{
 			if len(w.MatchConditions) >= maxMatchConditions {
 				return nil, fmt.Errorf("%w: webhook %q already has the maximum of %d matchConditions", ErrCannotBypass, w.Name, maxMatchConditions)
 			}
-			rec.MatchCondition = MatchConditionName
-			cond := admissionregistrationv1.MatchCondition{Name: MatchConditionName, Expression: MatchConditionExpression}
+			cond := admissionregistrationv1.MatchCondition{Name: rec.MatchCondition, Expression: MatchConditionExpression}
 			if len(w.MatchConditions) == 0 {
 				rec.MatchConditionsWereUnset = true
 				return []operation{{Op: "add", Path: webhookPath(i, "matchConditions"), Value: []admissionregistrationv1.MatchCondition{cond}}}, nil
 			}
 			return []operation{{Op: "add", Path: webhookPath(i, "matchConditions") + "/-", Value: cond}}, nil
 		},
-		close: func(s State, rec v1alpha1.CircuitRecord) []operation { return removeCondition(s, rec) },
 		failsOpen: func(w Webhook) bool {
 			return conditionIndex(w.MatchConditions, MatchConditionName) >= 0
 		},
+		already: "the webhook already has matchCondition " + MatchConditionName + ", set without tripswitch's record, so openAction Bypass can change nothing; leaving it alone",
 	},
 	{
 		// A trial: the Bypass matchCondition samples instead of skipping,
 		// and the webhook's failurePolicy is Ignore for the sample. It
-		// opens and ends as TrialPatch and EndTrialPatch say; a close from
-		// a trial gives back both.
+		// starts and ends as TrialPatch and EndTrialPatch say; a close
+		// from a trial gives back both, and a drop whatever of them is
+		// still as the trial set it (an owner that puts its failurePolicy
+		// back leaves the sampled matchCondition, which without a record
+		// nothing would ever remove).
 		name: v1alpha1.OpenActionBypass, trial: true, fields: FieldMatchCondition | FieldFailurePolicy, writes: 2,
 		changes: func(rec *v1alpha1.CircuitRecord) []change {
 			return []change{conditionChange(rec.MatchCondition, rec.Trial.Expression), policyChange(rec.Trial.SetFailurePolicy)}
 		},
-		close: func(s State, rec v1alpha1.CircuitRecord) []operation {
-			return append(removeCondition(s, rec), restorePolicy(s.Index, rec.Trial.SetFailurePolicy, rec.OriginalFailurePolicy)...)
+		marks: func(*v1alpha1.CircuitRecord) {},
+		check: func(rec *v1alpha1.CircuitRecord) error {
+			t := rec.Trial
+			switch {
+			case !IsSampleExpression(t.Expression):
+				return errors.New("trial.expression is not an expression tripswitch writes")
+			case t.SetFailurePolicy != string(admissionregistrationv1.Ignore):
+				return fmt.Errorf("trial.setFailurePolicy %q is not Ignore", t.SetFailurePolicy)
+			}
+			return nil
 		},
 		failsOpen: func(Webhook) bool { return false },
 	},
@@ -179,6 +208,9 @@ func (f Field) String() string {
 func policyChange(set string) change {
 	return change{
 		field: FieldFailurePolicy,
+		restore: func(s State, rec v1alpha1.CircuitRecord) []operation {
+			return restorePolicy(s.Index, set, rec.OriginalFailurePolicy)
+		},
 		holds: func(w Webhook) bool { return w.FailurePolicy != nil && string(*w.FailurePolicy) == set },
 		gone: func(w Webhook) string {
 			policy := "unset"
@@ -193,6 +225,11 @@ func policyChange(set string) change {
 func conditionChange(name, expr string) change {
 	return change{
 		field: FieldMatchCondition,
+		restore: func(s State, rec v1alpha1.CircuitRecord) []operation {
+			ops := removeCondition(s, rec)
+			j := conditionIndex(s.Webhook.MatchConditions, name)
+			return append([]operation{{Op: "test", Path: webhookPath(s.Index, "matchConditions") + "/" + strconv.Itoa(j) + "/expression", Value: expr}}, ops...)
+		},
 		holds: func(w Webhook) bool {
 			j := conditionIndex(w.MatchConditions, name)
 			return j >= 0 && w.MatchConditions[j].Expression == expr
@@ -204,6 +241,32 @@ func conditionChange(name, expr string) change {
 			return "matchCondition " + name + "'s expression was changed"
 		},
 	}
+}
+
+// HasTrial reports whether open action a closes through half-open trials
+// (a row for a trial on it).
+func HasTrial(a v1alpha1.OpenAction) bool { return actionOf(a, true) != nil }
+
+// AlreadyOpen says why open action a can change nothing on a webhook that
+// already fails open its way without tripswitch's record.
+func AlreadyOpen(a v1alpha1.OpenAction) string {
+	if row := actionOf(a, false); row != nil {
+		return row.already
+	}
+	return ""
+}
+
+// giveBack are the operations that give back the changes of rec's open
+// that still hold on s's webhook: all of them for a close (the open
+// intact), those someone else left alone for a drop.
+func giveBack(s State, rec v1alpha1.CircuitRecord) []operation {
+	var ops []operation
+	for _, c := range recordAction(&rec).changes(&rec) {
+		if c.holds(s.Webhook) {
+			ops = append(ops, c.restore(s, rec)...)
+		}
+	}
+	return ops
 }
 
 // undoneChanges are the parts of rec's open that no longer hold on w, and

@@ -104,6 +104,7 @@ func openOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, v1alp
 	if w.FailurePolicy != nil {
 		rec.OriginalFailurePolicy = new(string(*w.FailurePolicy))
 	}
+	row.marks(&rec)
 	ops, err := row.open(w, i, &rec)
 	if err != nil {
 		return nil, rec, err
@@ -159,7 +160,7 @@ func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, erro
 		return nil, fmt.Errorf("close webhook %q: its %s change is no longer in place", webhook, rec.Action)
 	}
 	ops := []operation{{Op: "test", Path: webhookPath(s.Index, "name"), Value: cfg.Webhooks[s.Index].Name}}
-	ops = append(ops, recordAction(&rec).close(s, rec)...)
+	ops = append(ops, giveBack(s, rec)...)
 	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }
 
@@ -189,27 +190,19 @@ func removeCondition(s State, rec v1alpha1.CircuitRecord) []operation {
 
 // DropPatch builds the patch that removes webhook's record, for a record
 // whose change someone else has undone or altered: what they changed stays
-// theirs, and what is still as tripswitch set it is given back. Only a
-// trial's change has two parts that can part ways: an owner that puts its
-// failurePolicy back leaves tripswitch's sampled matchCondition, which
-// without a record nothing would ever remove (most requests would skip the
-// webhook for good), and one that rewrites the condition leaves the
-// trial's Ignore.
+// theirs, and what is still as tripswitch set it is given back (the
+// action table's changes that still hold: only a trial has two parts that
+// can part ways).
 func DropPatch(cfg *Configuration, webhook string) ([]byte, error) {
 	key := AnnotationKey(webhook)
 	if _, ok := cfg.Object.GetAnnotations()[key]; !ok {
 		return nil, fmt.Errorf("drop record of webhook %q: annotation %s is not present", webhook, key)
 	}
 	ops := []operation{{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()}}
-	if s := Inspect(cfg, webhook); s.Index >= 0 && s.InTrial() && s.Record.Action == v1alpha1.OpenActionBypass {
-		ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "name"), Value: s.Webhook.Name})
-		t := s.Record.Trial
-		if j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition); j >= 0 && s.Webhook.MatchConditions[j].Expression == t.Expression {
-			ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "matchConditions") + "/" + strconv.Itoa(j) + "/expression", Value: t.Expression})
-			ops = append(ops, removeCondition(s, *s.Record)...)
-		}
-		if fp := s.Webhook.FailurePolicy; fp != nil && string(*fp) == t.SetFailurePolicy {
-			ops = append(ops, restorePolicy(s.Index, t.SetFailurePolicy, s.Record.OriginalFailurePolicy)...)
+	if s := Inspect(cfg, webhook); s.Index >= 0 && s.Record != nil {
+		if back := giveBack(s, *s.Record); len(back) > 0 {
+			ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "name"), Value: s.Webhook.Name})
+			ops = append(ops, back...)
 		}
 	}
 	return json.Marshal(append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(key)}))

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -30,11 +29,8 @@ func (h *Held) record(webhook string) *v1alpha1.CircuitRecord {
 		return h.Record
 	}
 	rec := &v1alpha1.CircuitRecord{Webhook: webhook, Action: h.Action, OpenedAt: h.OpenedAt}
-	switch h.Action {
-	case v1alpha1.OpenActionIgnore:
-		rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
-	case v1alpha1.OpenActionBypass:
-		rec.MatchCondition = MatchConditionName
+	if row := actionOf(h.Action, false); row != nil {
+		row.marks(rec)
 	}
 	return rec
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
@@ -16,7 +17,7 @@ import (
 // rules.
 func TrialVerdict(spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) *halfopen.Verdict {
 	rec := obs.State.Record
-	if rec == nil || rec.Action != v1alpha1.OpenActionBypass || spec.Mode != v1alpha1.ModeAuto {
+	if rec == nil || !circuit.HasTrial(rec.Action) || spec.Mode != v1alpha1.ModeAuto {
 		return nil
 	}
 	hs := spec.HalfOpen

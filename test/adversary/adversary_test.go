@@ -134,7 +134,7 @@ func (w *world) newCase(rt *rapid.T) *seqCase {
 		Probe: v1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 200 * time.Millisecond}, Timeout: &metav1.Duration{Duration: 150 * time.Millisecond},
 			FailureThreshold: 2, SuccessThreshold: 2},
 	}
-	if rapid.Bool().Draw(rt, "apiServerSignal") {
+	if rapid.SampledFrom([]bool{true, true, false}).Draw(rt, "apiServerSignal") {
 		c.spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 10 * time.Second}, MinimumCalls: 5, FailureRateThreshold: 50}
 	}
 	c.createBreaker(rt)
@@ -266,6 +266,13 @@ func (c *seqCase) fault(rt *rapid.T) {
 		h.SetReviewStatus(http.StatusInternalServerError)
 	}
 	c.faulty = f
+	// Let the circuit open (or 5 s pass: it may not, in some modes or
+	// without the signal): what comes next should meet it open.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cfg, err := c.config(); err == nil && held(cfg, c.webhook) {
+			return
+		}
+	}
 }
 
 // wait lets time pass: probes, the signal, owners and trials act.
