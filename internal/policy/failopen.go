@@ -1,7 +1,6 @@
 package policy
 
 import (
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 )

@@ -60,7 +60,7 @@ func (w *world) sequence(rt *rapid.T) {
 	// while a circuit is open.
 	c.fault(rt)
 	rt.Repeat(map[string]func(*rapid.T){
-		"":     c.check,
+		"": c.check,
 		"step": func(rt *rapid.T) {
 			actions[rapid.SampledFrom(weighted).Draw(rt, "action")](rt)
 			pause()
@@ -92,7 +92,7 @@ type seqCase struct {
 	episode   time.Time
 	edits     []time.Time
 	recreated []time.Time
-	trace   []string
+	trace     []string
 }
 
 // steps counts the steps of every sequence run, for the log.
