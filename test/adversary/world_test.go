@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,8 +28,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
@@ -200,13 +197,8 @@ func (r *recorder) applied(name string) []write {
 // kubeconfig reaches the API server through the recorder.
 func (r *recorder) kubeconfig(t *testing.T) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: r.url}
-	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
-	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
-	kc.CurrentContext = "proxy"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	path, err := testenv.ProxyKubeconfig(t.TempDir(), r.url)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path
