@@ -53,6 +53,10 @@ type action struct {
 	// writes is what it costs: the open and the close, or a trial's start
 	// and end.
 	writes int
+	// calls: the API server still calls the webhook while the circuit is
+	// open this way, so its own calls can confirm a recovery (Bypass skips
+	// them all; a trial sends a sample).
+	calls bool
 	// changes are what must still hold on the webhook for rec's open to be
 	// intact, each with how it is given back.
 	changes func(rec *v1alpha1.CircuitRecord) []change
@@ -71,7 +75,7 @@ type action struct {
 // actions is the table: Ignore, Bypass, and a trial on Bypass.
 var actions = []action{
 	{
-		name: v1alpha1.OpenActionIgnore, fields: FieldFailurePolicy, writes: 2,
+		name: v1alpha1.OpenActionIgnore, fields: FieldFailurePolicy, writes: 2, calls: true,
 		changes: func(rec *v1alpha1.CircuitRecord) []change { return []change{policyChange(rec.SetFailurePolicy)} },
 		marks:   func(rec *v1alpha1.CircuitRecord) { rec.SetFailurePolicy = string(admissionregistrationv1.Ignore) },
 		check: func(rec *v1alpha1.CircuitRecord) error {
@@ -133,7 +137,7 @@ var actions = []action{
 		// still as the trial set it (an owner that puts its failurePolicy
 		// back leaves the sampled matchCondition, which without a record
 		// nothing would ever remove).
-		name: v1alpha1.OpenActionBypass, trial: true, fields: FieldMatchCondition | FieldFailurePolicy, writes: 2,
+		name: v1alpha1.OpenActionBypass, trial: true, fields: FieldMatchCondition | FieldFailurePolicy, writes: 2, calls: true,
 		changes: func(rec *v1alpha1.CircuitRecord) []change {
 			return []change{conditionChange(rec.MatchCondition, rec.Trial.Expression), policyChange(rec.Trial.SetFailurePolicy)}
 		},
@@ -246,6 +250,33 @@ func conditionChange(name, expr string) change {
 // HasTrial reports whether open action a closes through half-open trials
 // (a row for a trial on it).
 func HasTrial(a v1alpha1.OpenAction) bool { return actionOf(a, true) != nil }
+
+// Calls reports whether the API server still calls the webhook while rec's
+// circuit is open, so that its own calls can confirm a recovery.
+func Calls(rec *v1alpha1.CircuitRecord) bool {
+	row := recordAction(rec)
+	return row != nil && row.calls
+}
+
+// CanTrial reports whether a half-open trial can start on s's open circuit
+// without writing over anyone: the trial sets the failurePolicy Ignore for
+// its sample and gives back the original after, so someone who changed the
+// failurePolicy while the circuit was open (which does not undo a Bypass)
+// keeps it, and the circuit closes without a trial.
+func (s State) CanTrial() bool {
+	rec := s.Record
+	if rec == nil || rec.Trial != nil || !HasTrial(rec.Action) || s.Index < 0 {
+		return false
+	}
+	now, was := "", ""
+	if fp := s.Webhook.FailurePolicy; fp != nil {
+		now = string(*fp)
+	}
+	if rec.OriginalFailurePolicy != nil {
+		was = *rec.OriginalFailurePolicy
+	}
+	return now == was
+}
 
 // AlreadyOpen says why open action a can change nothing on a webhook that
 // already fails open its way without tripswitch's record.

@@ -440,9 +440,12 @@ func decideAuto(in Input) Decision {
 		if in.State.Record == nil {
 			return Decision{Reason: ReasonNoChange, Message: "webhook is healthy"}
 		}
-		if !in.Recovered() {
-			// Opened on the API server's calls: the probes passed all
-			// along, so only those calls passing again close it.
+		if !in.Recovered() && circuit.Calls(in.State.Record) {
+			// Opened on the API server's calls, which still reach the
+			// webhook: the probes passed all along, so only those calls
+			// passing again close it. (With Bypass no call reaches it: a
+			// trial confirms, or, where none can run, the probes close it
+			// and the outage ends once calls pass again.)
 			return Decision{Reason: ReasonStillOpen, Message: "probes are healthy, but the circuit opened on the API server's own calls to the webhook failing; " +
 				"closing once enough of them pass again"}
 		}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"time"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -252,6 +253,45 @@ func TestDecideTrial(t *testing.T) {
 			d := Decide(in)
 			if d.Write != tc.wantWrite || d.Reason != tc.wantReason {
 				t.Errorf("Decide = %s/%s (%s), want %s/%s", d.Write, d.Reason, d.Message, tc.wantWrite, tc.wantReason)
+			}
+		})
+	}
+}
+
+// Someone set the webhook's failurePolicy while its Bypass circuit was
+// open (no undo: Bypass changes the matchCondition). A trial would set
+// Ignore over their value and give back the record's original after: it
+// does not run, and the circuit closes on healthy probes, leaving their
+// failurePolicy. Before this, every trial's patch was refused (its test of
+// the original failurePolicy failed) and the circuit stayed open for good
+// (found by test/adversary).
+func TestNoTrialOverSomeonesFailurePolicy(t *testing.T) {
+	at := metav1.Unix(1_800_000_000, 0)
+	rec := bypassRecord()
+	rec.OriginalFailurePolicy, rec.OpenedAt = ptr.To("Fail"), at
+	ws := v1alpha1.WebhookCircuitBreakerSpec{OpenAction: v1alpha1.OpenActionBypass,
+		APIServerSignal: &v1alpha1.APIServerSignalSpec{Enabled: true}, HalfOpen: &v1alpha1.HalfOpenSpec{}}
+	spec := ws.Resolve()
+	healthy := probe.Observation{Verdict: probe.VerdictHealthy, ConsecutiveSuccesses: 5, HealthySince: at.Time}
+	for _, tc := range []struct {
+		name      string
+		policy    admissionregistrationv1.FailurePolicyType
+		wantTrial bool
+		wantWrite Write
+	}{
+		{"failurePolicy as the open found it: a trial", admissionregistrationv1.Fail, true, WriteTrial},
+		{"failurePolicy changed to Ignore meanwhile: no trial, the probes close it", admissionregistrationv1.Ignore, false, WriteClose},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := circuit.State{Index: 0, Webhook: webhookWith(tc.policy, circuit.MatchConditionName), Record: rec}
+			obs := Observed{State: st, Health: healthy}
+			v := TrialVerdict(spec, obs, at.Add(time.Hour))
+			if (v != nil) != tc.wantTrial {
+				t.Fatalf("trial verdict %+v, want one %v", v, tc.wantTrial)
+			}
+			in := Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, BreakerUID: uid, TargetFound: true, State: st, Health: up, Trial: v}
+			if d := Decide(in); d.Write != tc.wantWrite {
+				t.Fatalf("Decide = %s (%s), want %s", d.Write, d.Message, tc.wantWrite)
 			}
 		})
 	}

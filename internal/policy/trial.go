@@ -12,12 +12,14 @@ import (
 
 // TrialVerdict judges the half-open trial of an open circuit (spec.halfOpen,
 // internal/halfopen) at now: nil when closing needs no trial (any action but
-// Bypass, Bypass without the signal, a mode other than Auto), unless a trial
-// is recorded: one left running when the spec changed still ends by its own
+// Bypass, Bypass without the signal, a mode other than Auto) or can have
+// none (someone changed the failurePolicy while the circuit was open, and a
+// trial would write over it: circuit.State.CanTrial), unless a trial is
+// recorded: one left running when the spec changed still ends by its own
 // rules.
 func TrialVerdict(spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) *halfopen.Verdict {
 	rec := obs.State.Record
-	if rec == nil || !circuit.HasTrial(rec.Action) || spec.Mode != v1alpha1.ModeAuto {
+	if rec == nil || !circuit.HasTrial(rec.Action) || spec.Mode != v1alpha1.ModeAuto || rec.Trial == nil && !obs.State.CanTrial() {
 		return nil
 	}
 	hs := spec.HalfOpen

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,12 +27,19 @@ import (
 )
 
 // TestAdversary runs rapid's generated sequences (see the package doc) on
-// one control plane and one pair of controller replicas. Replay a failure
-// with the seed it prints (-rapid.seed, or RAPID_SEED) or its fail file
-// (-rapid.failfile).
+// one control plane and one pair of controller replicas, from each seed
+// (see seeds). Replay a failure with the seed it prints (-rapid.seed, or
+// RAPID_SEED) or its fail file (-rapid.failfile).
 func TestAdversary(t *testing.T) {
 	w := newWorld(t)
-	rapid.Check(t, w.sequence)
+	for _, seed := range seeds {
+		if seed != "" {
+			if err := flag.Set("rapid.seed", seed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Run("seed-"+seed, func(t *testing.T) { rapid.Check(t, w.sequence) })
+	}
 	w.rec.mu.Lock()
 	n := len(w.rec.writes)
 	w.rec.mu.Unlock()
