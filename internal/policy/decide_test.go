@@ -2,8 +2,8 @@ package policy
 
 import (
 	"errors"
-	"time"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
