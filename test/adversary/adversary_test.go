@@ -120,7 +120,7 @@ func (w *world) newCase(rt *rapid.T) *seqCase {
 	w.hook.SetStatus(0)
 	w.hook.SetDelay(0)
 	w.hook.SetReviewStatus(0)
-	w.gate.reset.Store(false)
+	w.gate.setReset(false)
 	c.want = c.template()
 	c.hist = watchHistory(c.ctx, w.cs, name)
 	if err := w.env.Client.Create(c.ctx, c.want.DeepCopy(), client.FieldOwner("helm")); err != nil {
@@ -258,21 +258,28 @@ func (c *seqCase) step(rt *rapid.T, what string, args ...any) {
 func (c *seqCase) fault(rt *rapid.T) {
 	f := rapid.SampledFrom([]string{"500", "delay", "reset", "reviews"}).Draw(rt, "fault")
 	c.step(rt, "fault %s", f)
+	// The new fault first, then the old one off: in between, the webhook
+	// fails both ways, never neither (one healthy answer ends an outage).
 	h := c.w.hook
-	h.SetStatus(0)
-	h.SetDelay(0)
-	h.SetReviewStatus(0)
-	c.w.gate.reset.Store(false)
+	status, delay, reviews, reset := 0, time.Duration(0), 0, false
 	switch f {
 	case "500":
-		h.SetStatus(http.StatusInternalServerError)
+		status = http.StatusInternalServerError
+		h.SetStatus(status)
 	case "delay":
-		h.SetDelay(2 * time.Second)
+		delay = 2 * time.Second
+		h.SetDelay(delay)
 	case "reset":
-		c.w.gate.reset.Store(true)
+		reset = true
+		c.w.gate.setReset(true)
 	case "reviews":
-		h.SetReviewStatus(http.StatusInternalServerError)
+		reviews = http.StatusInternalServerError
+		h.SetReviewStatus(reviews)
 	}
+	h.SetStatus(status)
+	h.SetDelay(delay)
+	h.SetReviewStatus(reviews)
+	c.w.gate.setReset(reset)
 	c.faulty = f
 	// Let the circuit open (or 5 s pass: it may not, in some modes or
 	// without the signal): what comes next should meet it open.
@@ -431,7 +438,7 @@ func (c *seqCase) recover(rt *rapid.T) {
 	h.SetStatus(0)
 	h.SetDelay(0)
 	h.SetReviewStatus(0)
-	c.w.gate.reset.Store(false)
+	c.w.gate.setReset(false)
 	c.faulty = ""
 	if c.spec.Mode != "" && c.spec.Mode != v1alpha1.ModeAuto {
 		c.spec.Mode = v1alpha1.ModeAuto

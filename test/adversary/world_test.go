@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,12 @@ func newWorld(t *testing.T) *world {
 	}
 	t.Cleanup(g.close)
 	w := &world{t: t, env: env, cs: cs, hook: hook, gate: g, rec: startRecorder(t, env)}
+	// The replicas' logs: in the test's own directory, or, to keep them
+	// after it, in ADVERSARY_LOGS.
 	dir := t.TempDir()
+	if d := os.Getenv("ADVERSARY_LOGS"); d != "" {
+		dir = d
+	}
 	kc := w.rec.kubeconfig(t)
 	for i := range w.reps {
 		w.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), kubeconfig: kc, dir: dir}
@@ -267,12 +273,16 @@ func (h *history) upTo(cutoff time.Time) []version {
 
 // gate is a TCP proxy in front of the webhook: it passes connections, or
 // resets each at once (an outage the API server and the probes see as a
-// reset connection).
+// reset connection). Turning the reset on also resets the connections it
+// is passing: a kept-alive connection would otherwise still reach the
+// webhook, and one healthy answer ends an outage.
 type gate struct {
 	addr  string
 	ln    net.Listener
 	reset atomic.Bool
 	wg    sync.WaitGroup
+	mu    sync.Mutex
+	live  map[net.Conn]struct{}
 }
 
 func startGate(target string) (*gate, error) {
@@ -280,24 +290,51 @@ func startGate(target string) (*gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{addr: ln.Addr().String(), ln: ln}
+	g := &gate{addr: ln.Addr().String(), ln: ln, live: map[net.Conn]struct{}{}}
 	g.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			g.mu.Lock()
 			if g.reset.Load() {
-				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0)
-				}
-				_ = c.Close()
+				g.mu.Unlock()
+				abort(c)
 				continue
 			}
-			go pipe(c, target)
+			g.live[c] = struct{}{}
+			g.mu.Unlock()
+			go func() {
+				pipe(c, target)
+				g.mu.Lock()
+				delete(g.live, c)
+				g.mu.Unlock()
+			}()
 		}
 	})
 	return g, nil
+}
+
+// setReset turns the resets on or off; on, it resets every connection
+// open now as well.
+func (g *gate) setReset(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reset.Store(on)
+	if on {
+		for c := range g.live {
+			abort(c)
+		}
+	}
+}
+
+// abort closes c with a TCP reset rather than a FIN.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 func pipe(c net.Conn, target string) {
