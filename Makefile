@@ -29,7 +29,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # requires a running one, skip leaves test/cluster out and says so.
 CLUSTER              ?= auto
 
-.PHONY: all help tools helm test test-short test-e2e test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
+.PHONY: all help tools helm test test-short test-e2e adversary test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
 
 # The end-to-end packages of the test module: the controller as a process,
 # Helm and kustomize installs, failover. They take most of `make test`'s time.
@@ -68,6 +68,14 @@ test-short: tools
 ## test-e2e: only the end-to-end packages, against the real API server
 test-e2e: tools
 	cd test && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $(E2E_PACKAGES)
+
+## adversary: search new sequences for a broken safety promise (SEEDS=sequences, STEPS=average steps each, SEED=first seed, 0 random; prints the seed and the shortest failing sequence)
+SEEDS ?= 100
+STEPS ?= 25
+SEED  ?= 0
+adversary: tools
+	cd test && KUBEBUILDER_ASSETS=$(ASSETS) RAPID_CHECKS=$(SEEDS) RAPID_STEPS=$(STEPS) RAPID_SEED=$(SEED) RAPID_SHRINKTIME=30m \
+		go test -count=1 -timeout 12h -run TestAdversary -v ./adversary/
 
 ## test-cluster: test/cluster on the local cluster (CLUSTER=auto brings one up and takes it down after; use: a running one; skip: say so and pass)
 test-cluster: cluster-tools helm

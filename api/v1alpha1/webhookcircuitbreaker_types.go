@@ -672,6 +672,90 @@ type WebhookCircuitBreakerStatus struct {
 	// record on the policy says.
 	// +optional
 	Floor *FloorStatus `json:"floor,omitempty"`
+	// Outage is the outage window the breaker is in, with its write
+	// budget; unset between outages.
+	// +optional
+	Outage *OutageWindow `json:"outage,omitempty"`
+}
+
+// OutageEvidence is what began an outage window, and so what must say the
+// webhook is healthy again to end it.
+// +kubebuilder:validation:Enum=Probes;APIServer;Operator
+type OutageEvidence string
+
+// Kinds of evidence.
+const (
+	// EvidenceProbes: the probes failed; healthy probes end the window.
+	EvidenceProbes OutageEvidence = "Probes"
+	// EvidenceAPIServer: the API server's own calls failed (the API
+	// server signal); only its calls passing again end the window, not
+	// probes that may have passed all along.
+	EvidenceAPIServer OutageEvidence = "APIServer"
+	// EvidenceOperator: mode ForceOpen, or ForceClosed during an outage;
+	// healthy probes in another mode end the window.
+	EvidenceOperator OutageEvidence = "Operator"
+)
+
+// OutageWindow is one outage as tripswitch acts in it: it begins with
+// tripswitch's open (or a disarm) and ends only when the evidence that
+// began it says the webhook is healthy again, or with the
+// tripswitch.dev/rearm annotation. Every write tripswitch makes to the
+// configuration in the window is counted here before it is sent, so a
+// restart or a new leader keeps the count: the window allows one open, one
+// write to close it or drop its record, and two for each half-open trial
+// (start and end). A write past that is refused and the breaker disarms
+// (WriteBudgetExhausted).
+type OutageWindow struct {
+	// StartedAt is when the window began.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Evidence is what began the window.
+	Evidence OutageEvidence `json:"evidence"`
+	// ConfigurationUID is the UID of the configuration the window's open
+	// was written to: one created anew since, while the webhook still
+	// fails, undid that open.
+	// +optional
+	ConfigurationUID types.UID `json:"configurationUID,omitempty"`
+	// Action is the open action of the window's open, if one was made.
+	// +optional
+	Action OpenAction `json:"action,omitempty"`
+	// OpenedAt is when the window's open was made (its record's openedAt).
+	// +optional
+	OpenedAt *metav1.Time `json:"openedAt,omitempty"`
+	// Held: tripswitch's open of this window is on the configuration, as
+	// far as tripswitch wrote: set by the open, cleared by the close or the
+	// drop of its record, or when someone undid it.
+	// +optional
+	Held bool `json:"held,omitempty"`
+	// Generation is the breaker's spec generation the counts below are
+	// for: an operator's edit of the spec is a new instruction, and its
+	// writes are counted afresh.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// Opens counts the opens in the window (at most one).
+	// +optional
+	Opens int32 `json:"opens,omitempty"`
+	// Trials counts the half-open trials started in the window.
+	// +optional
+	Trials int32 `json:"trials,omitempty"`
+	// Writes counts every write to the configuration in the window.
+	// +optional
+	Writes int32 `json:"writes,omitempty"`
+	// BasedOn is the configuration's resourceVersion the last write
+	// counted was decided on: an open counted while the configuration is
+	// still at that version, without its record, was never applied (a
+	// crash, or an error that said nothing, between the count and the
+	// write), and is not counted.
+	// +optional
+	BasedOn string `json:"basedOn,omitempty"`
+	// Budget is how many writes the window allows: 2, and 2 more for each
+	// trial started.
+	// +optional
+	Budget int32 `json:"budget,omitempty"`
+	// Exhausted: a write past the budget was refused, and the breaker is
+	// disarmed for the rest of the window (Ready reason
+	// WriteBudgetExhausted).
+	// +optional
+	Exhausted bool `json:"exhausted,omitempty"`
 }
 
 // WebhookCircuitBreaker fails one approved admission webhook open during a

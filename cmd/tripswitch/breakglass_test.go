@@ -46,7 +46,7 @@ func TestBreakGlassCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := (circuit.Writer{Client: c}).Open(ctx, view, "w.example.com", v1alpha1.CircuitRecord{Breaker: "gone", BreakerUID: "u", Action: v1alpha1.OpenActionIgnore, OpenedAt: metav1.Now()}); err != nil {
+		if _, err := (circuit.Writer{Client: c, Budget: circuit.NoBudget{}}).Open(ctx, view, "w.example.com", v1alpha1.CircuitRecord{Breaker: "gone", BreakerUID: "u", Action: v1alpha1.OpenActionIgnore, OpenedAt: metav1.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -238,12 +238,15 @@ func TestCheckSaysWhoOwnsTheTarget(t *testing.T) {
 		pattern       ownersim.Pattern
 		installer     bool
 		ownerRef      bool
+		// again: the owner writes again a second later, as Argo CD syncs.
+		again bool
 	}{
 		{name: "kyverno-resource-validating-webhook-cfg", manager: "kyverno", pattern: ownersim.WholeUpdate, ownerRef: true},
 		{name: "platform-webhooks", manager: "platform-operator", pattern: ownersim.ApplyForce},
 		{name: "tenant-webhooks", manager: "tenant-operator", pattern: ownersim.WholeUpdate, ownerRef: true},
 		{name: "cert-injected", manager: "cert-manager-cainjector", pattern: ownersim.CABundleApply, installer: true},
 		{name: "hand-made", manager: "kubectl-client-side-apply", pattern: ownersim.WholeUpdate},
+		{name: "argocd-webhooks", manager: "argocd-controller", pattern: ownersim.ClientSideApply, again: true},
 	} {
 		want := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: o.name},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{hook("w.example.com")}}
@@ -257,6 +260,13 @@ func TestCheckSaysWhoOwnsTheTarget(t *testing.T) {
 		if !o.installer {
 			if err := owner.Create(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if o.again { // managedFields keep seconds: a second later it came back
+				time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+				owner.SetCABundle([]byte("synced-ca"))
+				if err := owner.Write(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
 			continue
 		}
@@ -278,6 +288,8 @@ func TestCheckSaysWhoOwnsTheTarget(t *testing.T) {
 		{"tenant", "tenant-webhooks", v1alpha1.OpenActionBypass},
 		{"cert-injected", "cert-injected", v1alpha1.OpenActionIgnore},
 		{"hand-made", "hand-made", v1alpha1.OpenActionIgnore},
+		{"argocd-bypass", "argocd-webhooks", v1alpha1.OpenActionBypass},
+		{"argocd-ignore", "argocd-webhooks", v1alpha1.OpenActionIgnore},
 	} {
 		wcb := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: b.name}, Spec: v1alpha1.WebhookCircuitBreakerSpec{
 			Target:                        v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: b.cfg, WebhookName: "w.example.com"},
@@ -298,11 +310,15 @@ func TestCheckSaysWhoOwnsTheTarget(t *testing.T) {
 		says   []string
 	}{
 		"kyverno":         {check.Problem, []string{"Kyverno (field manager kyverno)", "undoes openAction Ignore", "--forceFailurePolicyIgnore"}},
-		"platform-ignore": {check.Problem, []string{"field manager platform-operator", "server-side apply", "Use openAction Bypass"}},
+		"platform-ignore": {check.Warning, []string{"field manager platform-operator", "server-side apply", "applying with force", "Use openAction Bypass"}},
 		"platform-bypass": {check.OK, []string{"openAction Bypass holds"}},
 		"tenant":          {check.Warning, []string{"field manager tenant-operator", "if it writes the whole entry"}},
 		"cert-injected":   {check.OK, []string{"cert-manager (field manager cert-manager-cainjector) writes only the caBundle"}},
 		"hand-made":       {check.OK, []string{"kubectl-client-side-apply is a person's tool"}},
+		// Client-side apply merges by key: it keeps tripswitch's
+		// matchCondition, and puts back the failurePolicy its manifest sets.
+		"argocd-bypass": {check.OK, []string{"Argo CD (field manager argocd-controller)", "openAction Bypass holds"}},
+		"argocd-ignore": {check.Problem, []string{"Argo CD (field manager argocd-controller)", "undoes openAction Ignore"}},
 	} {
 		var found *check.Finding
 		for _, b := range rep.Breakers {

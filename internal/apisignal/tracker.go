@@ -50,6 +50,11 @@ type Status struct {
 	Unreadable bool
 }
 
+// Healthy reports whether s confirms the webhook healthy: the window holds
+// at least the minimum of calls, under the threshold, as read. Too few
+// calls confirm nothing.
+func (s Status) Healthy() bool { return s.FailureRate >= 0 && !s.Failing && !s.Unreadable }
+
 // forbiddenHint names what a 403 on /metrics is missing and where each way
 // of installing grants it.
 const forbiddenHint = "tripswitch may not read the API server's /metrics: grant get on the non-resource URL /metrics " +
@@ -276,11 +281,11 @@ func (t *Tracker) Scrape(ctx context.Context) {
 }
 
 // show says whether a scrape's status replaces the one shown: at once when
-// the verdict, readability or message changed; for numbers alone, once
-// refresh has passed.
+// the verdict (failing, or confirmed healthy), readability or message
+// changed; for numbers alone, once refresh has passed.
 func show(shown, cur Status, refresh time.Duration) bool {
 	switch {
-	case shown.At.IsZero(), cur.Failing != shown.Failing, cur.Unreadable != shown.Unreadable, cur.Message != shown.Message:
+	case shown.At.IsZero(), cur.Failing != shown.Failing, cur.Healthy() != shown.Healthy(), cur.Unreadable != shown.Unreadable, cur.Message != shown.Message:
 		return true
 	case cur.Calls == shown.Calls && cur.Failures == shown.Failures:
 		return false

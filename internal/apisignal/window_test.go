@@ -207,7 +207,8 @@ func TestWindowSlidesPerInstance(t *testing.T) {
 	}
 }
 
-// TestShownNumbersRefresh: a flip of the verdict is shown (and notified) at
+// TestShownNumbersRefresh: a flip of the verdict (failing, or confirmed
+// healthy: enough calls under the threshold) is shown (and notified) at
 // the scrape that sees it; numbers alone at most once per Refresh, with the
 // time they were taken, so the status write they cost stays bounded.
 func TestShownNumbersRefresh(t *testing.T) {
@@ -226,25 +227,38 @@ func TestShownNumbersRefresh(t *testing.T) {
 	if notified != 1 || !first.At.Equal(clk.Now()) {
 		t.Fatalf("first scrape: %d notifications, shown %+v", notified, first)
 	}
+	clk.Step(time.Second)
+	a.calls += 5
+	tr.Scrape(t.Context())
+	if s := observe(t, tr); notified != 1 || s.Calls != 0 {
+		t.Fatalf("5 calls, under the minimum: %d notifications, shown %+v; want the first numbers still", notified, s)
+	}
+	clk.Step(time.Second)
+	a.calls += 5
+	tr.Scrape(t.Context())
+	confirmed := observe(t, tr)
+	if notified != 2 || confirmed.Calls != 10 || !confirmed.Healthy() {
+		t.Fatalf("the minimum of healthy calls reached: %d notifications, shown %+v; want it confirmed at once", notified, confirmed)
+	}
 	for range 9 { // healthy traffic: numbers change, verdict does not
 		clk.Step(time.Second)
 		a.calls += 5
 		tr.Scrape(t.Context())
 	}
-	if s := observe(t, tr); notified != 1 || s.Calls != 0 || !s.At.Equal(first.At) {
-		t.Fatalf("9 s of changing numbers: %d notifications, shown %+v; want the first numbers still", notified, s)
+	if s := observe(t, tr); notified != 2 || s.Calls != 10 || !s.At.Equal(confirmed.At) {
+		t.Fatalf("9 s of changing numbers: %d notifications, shown %+v; want the confirmed numbers still", notified, s)
 	}
 	clk.Step(time.Second)
 	a.calls += 5
 	tr.Scrape(t.Context())
-	if s := observe(t, tr); notified != 2 || s.Calls != 50 || !s.At.Equal(clk.Now()) {
+	if s := observe(t, tr); notified != 3 || s.Calls != 60 || !s.At.Equal(clk.Now()) {
 		t.Fatalf("after the refresh: %d notifications, shown %+v", notified, s)
 	}
 	clk.Step(time.Second)
 	a.calls += 60
 	a.failing += 60
 	tr.Scrape(t.Context())
-	if s := observe(t, tr); notified != 3 || !s.Failing || s.Calls != 110 {
+	if s := observe(t, tr); notified != 4 || !s.Failing || s.Calls != 120 {
 		t.Fatalf("the flip 1 s after a refresh: %d notifications, shown %+v", notified, s)
 	}
 }

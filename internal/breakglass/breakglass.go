@@ -152,7 +152,7 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 		case !st.Intact():
 			return fmt.Errorf("%w: %s: someone changed what tripswitch set (%s), so restoring would overwrite their change; if the current value is wrong, fix the webhook and remove annotation %s by hand", ErrRefused, ref, st.Record.Action, circuit.AnnotationKey(webhook))
 		}
-		if err := (circuit.Writer{Client: c}).Close(ctx, cfg, webhook, st.Record); err != nil && !circuit.IsStale(err) {
+		if err := (circuit.Writer{Client: c, Budget: circuit.NoBudget{}}).Close(ctx, cfg, webhook, st.Record); err != nil && !circuit.IsStale(err) {
 			return fmt.Errorf("restore %s: %w", ref, err)
 		} else if err != nil {
 			return err
@@ -266,6 +266,10 @@ func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitReco
 	if !shown {
 		return
 	}
+	// An operator's restore ends the outage window: the returning
+	// controller decides afresh, as after a recovery, and does not take
+	// the open's absence for someone's undo.
+	s.Outage = nil
 	if s.State != v1alpha1.StateClosed {
 		s.State = v1alpha1.StateClosed
 		s.LastTransitionTime = &now

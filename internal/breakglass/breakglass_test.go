@@ -44,7 +44,7 @@ func open(t *testing.T, c client.Client, kind v1alpha1.TargetKind, name, webhook
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := (circuit.Writer{Client: c}).Open(t.Context(), cfg, webhook, v1alpha1.CircuitRecord{
+	rec, err := (circuit.Writer{Client: c, Budget: circuit.NoBudget{}}).Open(t.Context(), cfg, webhook, v1alpha1.CircuitRecord{
 		Breaker: breaker, BreakerUID: uid, Action: action, OpenedAt: metav1.Now(),
 	})
 	if err != nil {
@@ -52,7 +52,7 @@ func open(t *testing.T, c client.Client, kind v1alpha1.TargetKind, name, webhook
 	}
 	if action == v1alpha1.OpenActionBypass {
 		// In a half-open trial: a restore must end it too.
-		if _, err := (circuit.Writer{Client: c}).StartTrial(t.Context(), cfg, rec, 6, metav1.Now()); err != nil {
+		if _, err := (circuit.Writer{Client: c, Budget: circuit.NoBudget{}}).StartTrial(t.Context(), cfg, rec, 6, metav1.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -201,7 +201,7 @@ func (c *checker) owner(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Resolve
 	if cfg.Index(b.Spec.Target.WebhookName) < 0 {
 		return
 	}
-	v := owners.Judge(cfg.Object, b.Spec.Target.WebhookName, spec.Action, spec.HalfOpen != nil)
+	v := owners.Judge(cfg.Object, b.Spec.Target.WebhookName, spec.Action, spec.HalfOpen != nil, policy.LastOwned(b))
 	switch v.Reason {
 	case owners.ReasonUndoesOpen:
 		add(CheckOwner, Problem, "%s", v.Message)
@@ -298,10 +298,8 @@ func (c *checker) failOpen(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.Reso
 		return
 	case st.Record != nil:
 		add(CheckFailOpen, OK, "the circuit is open: tripswitch holds %s on it since %s (breaker %s)", st.Record.Action, st.Record.OpenedAt.UTC().Format("2006-01-02T15:04:05Z"), st.Record.Breaker)
-	case st.FailsOpenWithoutRecord(spec.Action) && spec.Action == v1alpha1.OpenActionIgnore:
-		add(CheckFailOpen, Problem, "the webhook's failurePolicy is already Ignore, so openAction Ignore can do nothing for it; set spec.openAction to Bypass to skip it while it is down")
 	case st.FailsOpenWithoutRecord(spec.Action):
-		add(CheckFailOpen, Problem, "the webhook already has matchCondition %s without a record of tripswitch's, so openAction %s can do nothing; remove it, or find out who set it", circuit.MatchConditionName, spec.Action)
+		add(CheckFailOpen, Problem, "%s", circuit.AlreadyOpen(spec.Action))
 	default:
 		add(CheckFailOpen, OK, "the webhook fails closed, so opening its circuit (%s) changes something", spec.Action)
 	}

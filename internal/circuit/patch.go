@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/jsonpatch"
 )
@@ -94,42 +92,24 @@ func OpenAllPatch(cfg *Configuration, recs []v1alpha1.CircuitRecord) ([]byte, []
 // openOps are the operations that open rec.Webhook's circuit, its name
 // test first, and the completed record.
 func openOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, v1alpha1.CircuitRecord, error) {
-	webhook := rec.Webhook
-	i := cfg.Index(webhook)
+	i := cfg.Index(rec.Webhook)
 	if i < 0 {
-		return nil, rec, fmt.Errorf("%w: %q", ErrWebhookNotFound, webhook)
+		return nil, rec, fmt.Errorf("%w: %q", ErrWebhookNotFound, rec.Webhook)
+	}
+	row := actionOf(rec.Action, false)
+	if row == nil {
+		return nil, rec, fmt.Errorf("openAction %q is not Ignore or Bypass", rec.Action)
 	}
 	w := cfg.Webhooks[i]
 	if w.FailurePolicy != nil {
 		rec.OriginalFailurePolicy = new(string(*w.FailurePolicy))
 	}
-	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: w.Name}}
-	switch rec.Action {
-	case v1alpha1.OpenActionIgnore:
-		rec.SetFailurePolicy = string(admissionregistrationv1.Ignore)
-		if w.FailurePolicy != nil {
-			ops = append(ops, operation{Op: "test", Path: webhookPath(i, "failurePolicy"), Value: string(*w.FailurePolicy)})
-		}
-		ops = append(ops, operation{Op: "add", Path: webhookPath(i, "failurePolicy"), Value: rec.SetFailurePolicy})
-	case v1alpha1.OpenActionBypass:
-		if conditionIndex(w.MatchConditions, MatchConditionName) >= 0 {
-			return nil, rec, fmt.Errorf("%w: webhook %q already has a matchCondition named %s that tripswitch has no record of", ErrCannotBypass, webhook, MatchConditionName)
-		}
-		if len(w.MatchConditions) >= maxMatchConditions {
-			return nil, rec, fmt.Errorf("%w: webhook %q already has the maximum of %d matchConditions", ErrCannotBypass, webhook, maxMatchConditions)
-		}
-		rec.MatchCondition = MatchConditionName
-		cond := admissionregistrationv1.MatchCondition{Name: MatchConditionName, Expression: MatchConditionExpression}
-		if len(w.MatchConditions) == 0 {
-			rec.MatchConditionsWereUnset = true
-			ops = append(ops, operation{Op: "add", Path: webhookPath(i, "matchConditions"), Value: []admissionregistrationv1.MatchCondition{cond}})
-		} else {
-			ops = append(ops, operation{Op: "add", Path: webhookPath(i, "matchConditions") + "/-", Value: cond})
-		}
-	default:
-		return nil, rec, fmt.Errorf("openAction %q is not Ignore or Bypass", rec.Action)
+	row.marks(&rec)
+	ops, err := row.open(w, i, &rec)
+	if err != nil {
+		return nil, rec, err
 	}
-	return ops, rec, nil
+	return append([]operation{{Op: "test", Path: webhookPath(i, "name"), Value: w.Name}}, ops...), rec, nil
 }
 
 // ClosePatch builds the single patch that restores what rec says tripswitch
@@ -179,18 +159,8 @@ func closeOps(cfg *Configuration, rec v1alpha1.CircuitRecord) ([]operation, erro
 	if !s.Intact() {
 		return nil, fmt.Errorf("close webhook %q: its %s change is no longer in place", webhook, rec.Action)
 	}
-	i := s.Index
-	ops := []operation{{Op: "test", Path: webhookPath(i, "name"), Value: cfg.Webhooks[i].Name}}
-	switch rec.Action {
-	case v1alpha1.OpenActionIgnore:
-		ops = append(ops, restorePolicy(i, rec.SetFailurePolicy, rec.OriginalFailurePolicy)...)
-	case v1alpha1.OpenActionBypass:
-		ops = append(ops, removeCondition(s, rec)...)
-		if t := rec.Trial; t != nil {
-			// Closing from a trial also ends its failurePolicy.
-			ops = append(ops, restorePolicy(i, t.SetFailurePolicy, rec.OriginalFailurePolicy)...)
-		}
-	}
+	ops := []operation{{Op: "test", Path: webhookPath(s.Index, "name"), Value: cfg.Webhooks[s.Index].Name}}
+	ops = append(ops, giveBack(s, rec)...)
 	return append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(AnnotationKey(webhook))}), nil
 }
 
@@ -220,27 +190,19 @@ func removeCondition(s State, rec v1alpha1.CircuitRecord) []operation {
 
 // DropPatch builds the patch that removes webhook's record, for a record
 // whose change someone else has undone or altered: what they changed stays
-// theirs, and what is still as tripswitch set it is given back. Only a
-// trial's change has two parts that can part ways: an owner that puts its
-// failurePolicy back leaves tripswitch's sampled matchCondition, which
-// without a record nothing would ever remove (most requests would skip the
-// webhook for good), and one that rewrites the condition leaves the
-// trial's Ignore.
+// theirs, and what is still as tripswitch set it is given back (the
+// action table's changes that still hold: only a trial has two parts that
+// can part ways).
 func DropPatch(cfg *Configuration, webhook string) ([]byte, error) {
 	key := AnnotationKey(webhook)
 	if _, ok := cfg.Object.GetAnnotations()[key]; !ok {
 		return nil, fmt.Errorf("drop record of webhook %q: annotation %s is not present", webhook, key)
 	}
 	ops := []operation{{Op: "replace", Path: "/metadata/resourceVersion", Value: cfg.Object.GetResourceVersion()}}
-	if s := Inspect(cfg, webhook); s.Index >= 0 && s.InTrial() && s.Record.Action == v1alpha1.OpenActionBypass {
-		ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "name"), Value: s.Webhook.Name})
-		t := s.Record.Trial
-		if j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition); j >= 0 && s.Webhook.MatchConditions[j].Expression == t.Expression {
-			ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "matchConditions") + "/" + strconv.Itoa(j) + "/expression", Value: t.Expression})
-			ops = append(ops, removeCondition(s, *s.Record)...)
-		}
-		if fp := s.Webhook.FailurePolicy; fp != nil && string(*fp) == t.SetFailurePolicy {
-			ops = append(ops, restorePolicy(s.Index, t.SetFailurePolicy, s.Record.OriginalFailurePolicy)...)
+	if s := Inspect(cfg, webhook); s.Index >= 0 && s.Record != nil {
+		if back := giveBack(s, *s.Record); len(back) > 0 {
+			ops = append(ops, operation{Op: "test", Path: webhookPath(s.Index, "name"), Value: s.Webhook.Name})
+			ops = append(ops, back...)
 		}
 	}
 	return json.Marshal(append(ops, operation{Op: "remove", Path: "/metadata/annotations/" + pointer(key)}))

@@ -63,24 +63,22 @@ func validateRecord(rec *v1alpha1.CircuitRecord, webhook string) error {
 		return fmt.Errorf("webhook is %q, want %q", rec.Webhook, webhook)
 	case rec.BreakerUID == "":
 		return errors.New("breakerUID is empty")
-	case rec.Action == v1alpha1.OpenActionIgnore && rec.SetFailurePolicy == "":
-		return errors.New("action Ignore without setFailurePolicy")
-	case rec.Action == v1alpha1.OpenActionBypass && rec.MatchCondition == "":
-		return errors.New("action Bypass without matchCondition")
-	case rec.Action != v1alpha1.OpenActionIgnore && rec.Action != v1alpha1.OpenActionBypass:
+	case actionOf(rec.Action, false) == nil:
 		return fmt.Errorf("action %q is not Ignore or Bypass", rec.Action)
+	}
+	if err := actionOf(rec.Action, false).check(rec); err != nil {
+		return err
 	}
 	if p := rec.OriginalFailurePolicy; p != nil && *p != "Fail" && *p != "Ignore" {
 		return fmt.Errorf("originalFailurePolicy %q is not Fail or Ignore", *p)
 	}
-	if t := rec.Trial; t != nil {
-		switch {
-		case rec.Action != v1alpha1.OpenActionBypass:
+	if rec.Trial != nil {
+		row := recordAction(rec)
+		if row == nil {
 			return fmt.Errorf("a trial on action %s (only Bypass has one)", rec.Action)
-		case !IsSampleExpression(t.Expression):
-			return errors.New("trial.expression is not an expression tripswitch writes")
-		case t.SetFailurePolicy != "Ignore":
-			return fmt.Errorf("trial.setFailurePolicy %q is not Ignore", t.SetFailurePolicy)
+		}
+		if err := row.check(rec); err != nil {
+			return err
 		}
 	}
 	if rec.FailedTrials < 0 {

@@ -1,8 +1,6 @@
 package circuit
 
 import (
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 )
 
@@ -29,28 +27,14 @@ func Inspect(cfg *Configuration, webhook string) State {
 }
 
 // Intact reports whether the change the record describes is still in place,
-// that is, nobody else has changed the value tripswitch set.
+// that is, nobody else has changed the value tripswitch set (every change
+// of its action's row still holds).
 func (s State) Intact() bool {
 	if s.Record == nil || s.Index < 0 {
 		return false
 	}
-	switch s.Record.Action {
-	case v1alpha1.OpenActionIgnore:
-		fp := s.Webhook.FailurePolicy
-		return fp != nil && string(*fp) == s.Record.SetFailurePolicy
-	case v1alpha1.OpenActionBypass:
-		j := conditionIndex(s.Webhook.MatchConditions, s.Record.MatchCondition)
-		if j < 0 {
-			return false
-		}
-		expr := s.Webhook.MatchConditions[j].Expression
-		if t := s.Record.Trial; t != nil {
-			fp := s.Webhook.FailurePolicy
-			return expr == t.Expression && fp != nil && string(*fp) == t.SetFailurePolicy
-		}
-		return expr == MatchConditionExpression
-	}
-	return false
+	gone, _ := undoneChanges(s.Record, s.Webhook)
+	return len(gone) == 0
 }
 
 // InTrial reports whether the record says a half-open trial is running.
@@ -59,25 +43,10 @@ func (s State) InTrial() bool { return s.Record != nil && s.Record.Trial != nil 
 // FailsOpenWithoutRecord reports whether the webhook already fails open in the
 // way action would make it, with no record of tripswitch's: someone else set
 // it, and tripswitch must neither take it over nor later restore it.
-func (s State) FailsOpenWithoutRecord(action v1alpha1.OpenAction) bool {
+func (s State) FailsOpenWithoutRecord(a v1alpha1.OpenAction) bool {
 	if s.Record != nil || s.Index < 0 {
 		return false
 	}
-	switch action {
-	case v1alpha1.OpenActionIgnore:
-		fp := s.Webhook.FailurePolicy
-		return fp != nil && *fp == admissionregistrationv1.Ignore
-	case v1alpha1.OpenActionBypass:
-		return conditionIndex(s.Webhook.MatchConditions, MatchConditionName) >= 0
-	}
-	return false
-}
-
-func conditionIndex(conds []admissionregistrationv1.MatchCondition, name string) int {
-	for j, c := range conds {
-		if c.Name == name {
-			return j
-		}
-	}
-	return -1
+	row := actionOf(a, false)
+	return row != nil && row.failsOpen(s.Webhook)
 }

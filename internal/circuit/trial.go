@@ -121,7 +121,7 @@ func EndTrialPatch(cfg *Configuration, rec v1alpha1.CircuitRecord, next metav1.T
 // trialState checks that rec's Bypass change is intact on cfg and returns
 // the webhook's state and its matchCondition's index.
 func trialState(cfg *Configuration, rec v1alpha1.CircuitRecord) (State, int, error) {
-	if rec.Action != v1alpha1.OpenActionBypass {
+	if !HasTrial(rec.Action) {
 		return State{}, -1, fmt.Errorf("%w: webhook %q is open with %s, and only Bypass has a trial", ErrCannotTrial, rec.Webhook, rec.Action)
 	}
 	s := Inspect(cfg, rec.Webhook)

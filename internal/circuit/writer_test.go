@@ -36,7 +36,7 @@ func TestDropAfterAnOwnersRevertOnTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := orig.DeepCopy()
-	w := Writer{Client: env.Client}
+	w := Writer{Client: env.Client, Budget: NoBudget{}}
 	read := func() *Configuration {
 		t.Helper()
 		var cfg admissionregistrationv1.MutatingWebhookConfiguration

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/auditrun"
+	"github.com/tripswitch-dev/tripswitch/internal/budget"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/schedule"
@@ -39,6 +40,18 @@ func (r *Reconciler) act(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker,
 		others = r.companions(ctx, b, s.obs, d.Write)
 	}
 	after, fl, writeErr := r.writeWithFloor(ctx, b, spec, s, others)
+	if errors.Is(writeErr, budget.ErrExhausted) {
+		// The one path that writes refused what the decision asked for:
+		// past the outage window's budget. The breaker disarms.
+		d = policy.Refused(d, writeErr, s.in.Writers)
+		s.d, writeErr = d, nil
+		if err := r.persistDisarm(ctx, b, d.Disarm); err != nil {
+			return r.retry(ctx, "breaker changed while its disarm was written; retrying", err)
+		}
+	}
+	if d.Exhausted && (b.Status.Outage == nil || !b.Status.Outage.Exhausted) {
+		r.Metrics.BudgetExhausted(b.Name)
+	}
 	if writeErr != nil && circuit.IsStale(writeErr) {
 		r.Metrics.Conflict(b.Name)
 		return r.retry(ctx, "webhook configuration changed since it was read; re-reading and deciding again", writeErr)
@@ -172,23 +185,14 @@ func (r *Reconciler) write(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 			in = b.Name
 		}
 		r.wroteCircuit(ctx, c, d.Write, now, in)
-		if d.Write != policy.WriteOpen {
-			continue
-		}
-		if rec := circuit.Inspect(obs.Config, c.b.Spec.Target.WebhookName).Record; rec != nil {
-			r.memory.update(c.b.Name, func(m *memory) {
-				m.opened = &policy.Opened{Record: *rec, UID: obs.Config.Object.GetUID()}
-				m.knewOpen = rec.OpenedAt
-			})
-		}
 	}
 	return circuit.Inspect(obs.Config, b.Spec.Target.WebhookName), nil
 }
 
 // patch writes each circuit of all (the first the breaker's own) in one
-// patch of cfg.
+// patch of cfg, counted first against each one's write budget.
 func (r *Reconciler) patch(ctx context.Context, cfg *circuit.Configuration, write policy.Write, all []companion) error {
-	w := circuit.Writer{Client: r.Client}
+	w := circuit.Writer{Client: r.Client, Budget: r.ledger(cfg, all)}
 	own := all[0]
 	webhook := own.b.Spec.Target.WebhookName
 	var recs []v1alpha1.CircuitRecord
@@ -214,7 +218,7 @@ func (r *Reconciler) patch(ctx context.Context, cfg *circuit.Configuration, writ
 	case policy.WriteDrop:
 		return w.Drop(ctx, cfg, webhook)
 	case policy.WriteTrial, policy.WriteEndTrial:
-		return r.writeTrial(ctx, own, cfg, write)
+		return r.writeTrial(ctx, w, own, cfg, write)
 	}
 	return nil
 }

@@ -77,6 +77,12 @@ func runManager(t *testing.T, id string, p probe.Prober, onWrite func()) (stop f
 // through funcs, if set.
 func runManagerWith(t *testing.T, id string, p probe.Prober, funcs *interceptor.Funcs) (stop func()) {
 	t.Helper()
+	return runManagerOpts(t, id, controller.Options{Prober: p}, funcs)
+}
+
+// runManagerOpts is runManagerWith with the controller's options.
+func runManagerOpts(t *testing.T, id string, copts controller.Options, funcs *interceptor.Funcs) (stop func()) {
+	t.Helper()
 	cp := controlPlane(t)
 	opts := ctrl.Options{
 		Scheme:                        cp.Scheme,
@@ -105,7 +111,7 @@ func runManagerWith(t *testing.T, id string, p probe.Prober, funcs *interceptor.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.Setup(mgr, controller.Options{Prober: p}); err != nil {
+	if _, err := controller.Setup(mgr, copts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

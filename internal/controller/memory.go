@@ -4,8 +4,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 )
@@ -22,14 +20,6 @@ type memory struct {
 	// or a status write deferred): it closes with the recovery's reason,
 	// not as closed externally.
 	closed *policy.ClosedNote
-	// opened is a circuit this process opened, until the breaker's status
-	// is written (policy.Observed.Opened).
-	opened *policy.Opened
-	// knewOpen is the openedAt of the last open window this process knew
-	// first-hand: it wrote the record, or read it in the configuration.
-	// Only a window it knew can it say someone else undid
-	// (policy.Input.KnewOpen).
-	knewOpen metav1.Time
 	// awaited: the breaker waited once for its configuration's watch to
 	// list (see awaitWatch).
 	awaited bool
@@ -155,10 +145,9 @@ func (r *Reconciler) closedBy(breaker string, n policy.ClosedNote) {
 }
 
 // forgetClosed drops breaker's closed note once status shows the window
-// closed, and its open once a status is written or found current.
+// closed.
 func (r *Reconciler) forgetClosed(breaker string, status v1alpha1.WebhookCircuitBreakerStatus) {
 	r.memory.update(breaker, func(m *memory) {
-		m.opened = nil
 		if n := m.closed; n != nil && (status.Record == nil || !status.Record.OpenedAt.Equal(&n.OpenedAt)) {
 			m.closed = nil
 		}

@@ -180,11 +180,7 @@ func (r *Reconciler) observe(ctx context.Context, b *v1alpha1.WebhookCircuitBrea
 		return obs, err
 	}
 	obs.State = circuit.Inspect(obs.Config, b.Spec.Target.WebhookName)
-	if rec := obs.State.Record; rec != nil {
-		r.memory.update(b.Name, func(m *memory) { m.knewOpen = rec.OpenedAt })
-	}
-	m := r.memory.get(b.Name)
-	obs.Opened, obs.Closed, obs.KnewOpen = m.opened, m.closed, m.knewOpen
+	obs.Closed = r.memory.get(b.Name).closed
 	deleting := !b.DeletionTimestamp.IsZero()
 	if obs.State.Index >= 0 && !deleting {
 		r.Health.Ensure(b.Name, r.probeSettings(ctx, spec.Probe, obs.State.Webhook))

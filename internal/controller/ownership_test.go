@@ -142,9 +142,12 @@ func TestAdministratorIgnoreIsNeverRestored(t *testing.T) {
 	}
 }
 
-// A configuration deleted and recreated under the same name carries no record:
-// tripswitch starts fresh and reports it.
-func TestRecreatedConfigurationStartsFresh(t *testing.T) {
+// A configuration deleted and recreated under the same name carries no
+// record. Recreated while its circuit is open and the webhook still fails,
+// that undid the open: the breaker writes nothing to the new configuration,
+// disarms, and says so. Once the webhook is seen healthy it starts fresh,
+// and a new outage opens the new configuration.
+func TestRecreatedConfigurationStartsFreshOnceHealthy(t *testing.T) {
 	b := newBed(t)
 	b.createConfig(nil)
 	wcb := b.createBreaker(b.cfg, nil)
@@ -157,17 +160,26 @@ func TestRecreatedConfigurationStartsFresh(t *testing.T) {
 	if err := b.c.Delete(b.ctx, b.getConfig()); err != nil {
 		t.Fatal(err)
 	}
+	b.settle(r, wcb.Name) // gone: nothing to write, the window stays
 	b.createConfig(nil)
-	b.drive(r, wcb.Name, "")
+	b.settle(r, wcb.Name)
 	after := b.getBreaker(wcb.Name)
-	if after.Status.TargetUID == before.Status.TargetUID || after.Status.Record != nil || after.Status.State != v1alpha1.StateClosed {
-		t.Fatalf("recreated configuration: status %+v", after.Status)
+	if after.Status.TargetUID == before.Status.TargetUID || after.Status.Record != nil || after.Status.State != v1alpha1.StateDisarmed ||
+		!strings.Contains(after.Status.DisarmedReason, "deleted and created again") {
+		t.Fatalf("recreated while the webhook still fails: status %+v", after.Status)
+	}
+	if c := condition(after, v1alpha1.ConditionExternalChange); c.Status != metav1.ConditionTrue {
+		t.Fatalf("ExternalChange = %+v", c)
 	}
 	if h := after.Status.History; len(h) != 1 || h[0].ClosedAt == nil {
 		t.Fatalf("history does not close the window of the deleted configuration: %+v", h)
 	}
 	if hasRecord(b.getConfig()) {
-		t.Fatal("record written to the recreated configuration without an outage")
+		t.Fatal("tripswitch opened the recreated configuration during the outage its deletion undid")
+	}
+	b.drive(r, wcb.Name, probe.Healthy)
+	if got := b.getBreaker(wcb.Name); got.Status.State != v1alpha1.StateClosed || got.Status.DisarmedReason != "" || got.Status.Outage != nil {
+		t.Fatalf("healthy again: status %+v, want Closed, re-armed, no outage window", got.Status)
 	}
 	b.drive(r, wcb.Name, probe.Unhealthy)
 	if !hasRecord(b.getConfig()) {

@@ -25,7 +25,9 @@ import (
 // server's own failure counts trip the signal and the circuit opens with
 // reason APIServerFailing, shown in the status next to the probes. Healthy
 // probes do not close it while the API server still saw failures in the
-// window; once the window has slid past them, they do.
+// window, nor once the window has slid past them with no calls at all
+// (nothing says the calls pass: a recovery is confirmed, not assumed);
+// the API server's own calls passing again do.
 func TestAPIServerSignalOpensAndHoldsTheCircuit(t *testing.T) { signalScenario(t, false) }
 
 // TestAmbiguousSignalDoesNotOpenAlone: another breaker names a webhook of
@@ -122,13 +124,28 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	if s := b.getBreaker(name).Status.State; s != v1alpha1.StateOpen {
 		t.Fatalf("closed with the API server signal still failing: %s", s)
 	}
-	// The window slides past the failures (no creates, so no new calls); it closes.
+	// The window slides past the failures (no creates, so no new calls):
+	// nothing confirms the webhook, so it stays open.
 	b.clock.Step(31 * time.Second)
 	tracker.Scrape(b.ctx)
 	b.settle(r, name)
+	if got := b.getBreaker(name); got.Status.State != v1alpha1.StateOpen || got.Status.APIServer == nil || got.Status.APIServer.Failing {
+		t.Fatalf("state %s apiServer %+v: want Open, the signal clear but unconfirmed", got.Status.State, got.Status.APIServer)
+	}
+	// The webhook answers again, and the API server's calls (under Ignore
+	// it still calls it) pass: that confirms it, and it closes.
+	hook.SetStatus(0)
+	for i := 0; i < 12; i++ {
+		if err := b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-ok-%d", b.cfg, i), Labels: label}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.Step(time.Second)
+	tracker.Scrape(b.ctx)
+	b.settle(r, name)
 	got = b.getBreaker(name)
-	if got.Status.State != v1alpha1.StateClosed || got.Status.APIServer == nil || got.Status.APIServer.Failing {
-		t.Fatalf("state %s apiServer %+v: want Closed with the signal clear", got.Status.State, got.Status.APIServer)
+	if got.Status.State != v1alpha1.StateClosed || got.Status.APIServer == nil || got.Status.APIServer.Failing || got.Status.Outage != nil {
+		t.Fatalf("state %s apiServer %+v outage %+v: want Closed on the API server's passing calls, the outage over", got.Status.State, got.Status.APIServer, got.Status.Outage)
 	}
 }
 

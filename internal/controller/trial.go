@@ -14,12 +14,12 @@ import (
 
 // writeTrial starts or ends the half-open trial of own's circuit
 // (spec.halfOpen): one write of cfg.
-func (r *Reconciler) writeTrial(ctx context.Context, own companion, cfg *circuit.Configuration, write policy.Write) error {
+func (r *Reconciler) writeTrial(ctx context.Context, w circuit.Writer, own companion, cfg *circuit.Configuration, write policy.Write) error {
 	rec, v := own.state.Record, own.d.Trial
 	if rec == nil || v == nil && write == policy.WriteTrial {
 		return fmt.Errorf("%s webhook %s: no record or no trial", write, own.b.Spec.Target.WebhookName)
 	}
-	w, now := circuit.Writer{Client: r.Client}, metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	if write == policy.WriteTrial {
 		_, err := w.StartTrial(ctx, cfg, *rec, v.SamplePercent, now)
 		return err

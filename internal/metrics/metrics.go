@@ -33,6 +33,7 @@ type Metrics struct {
 	deferred    prometheus.Counter
 	discarded   *prometheus.CounterVec
 	trials      *prometheus.CounterVec
+	exhausted   *prometheus.CounterVec
 
 	// probeSeries caches each breaker's per-probe series (breaker name ->
 	// *probeSeries): a thousand probes a second look none up by label.
@@ -49,7 +50,7 @@ type probeSeries struct {
 // New creates the metrics and registers them with reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := Unregistered()
-	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials} {
+	for _, c := range []prometheus.Collector{m.open, m.tooLong, m.refused, m.transitions, m.openSeconds, m.conflicts, m.probes, m.probeTime, m.probeLag, m.audit, m.deferred, m.discarded, m.trials, m.exhausted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -98,6 +99,9 @@ func Unregistered() *Metrics {
 		trials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tripswitch_trials_total", Help: "Half-open trials (spec.halfOpen), by outcome: started, passed, failed, no_traffic (closed on the probes after maxWait without enough calls to judge).",
 		}, []string{"breaker", "outcome"}),
+		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tripswitch_write_budget_exhausted_total", Help: "Writes to the breaker's webhook configuration refused because its outage window's write budget did not allow them (the breaker disarms, Ready reason WriteBudgetExhausted).",
+		}, []string{"breaker"}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tripswitch_status_writes_deferred_total", Help: "Breaker status writes deferred because breakers were queued for decisions (opening or closing circuits first during a storm).",
 		}),
@@ -106,6 +110,14 @@ func Unregistered() *Metrics {
 		m.discarded.WithLabelValues(string(d))
 	}
 	return m
+}
+
+// BudgetExhausted counts a write refused past the breaker's write budget.
+func (m *Metrics) BudgetExhausted(breaker string) {
+	if m == nil {
+		return
+	}
+	m.exhausted.WithLabelValues(breaker).Inc()
 }
 
 // ObserveProbe records one probe result.
@@ -267,6 +279,7 @@ func (m *Metrics) Forget(breaker string) {
 	m.probeLag.DeletePartialMatch(labels)
 	m.audit.DeletePartialMatch(labels)
 	m.trials.DeletePartialMatch(labels)
+	m.exhausted.DeletePartialMatch(labels)
 }
 
 // Knows reports whether m caches per-probe series of breaker.

@@ -12,7 +12,8 @@ import (
 )
 
 // A configuration that an operator server-side-applies, failurePolicy
-// included: its applies undo openAction Ignore and leave Bypass alone.
+// included: its applies leave Bypass alone, and with force (which
+// managedFields do not show) undo openAction Ignore.
 func ExampleJudge() {
 	created := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
@@ -23,10 +24,10 @@ func ExampleJudge() {
 		}},
 	}}
 	for _, action := range []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass} {
-		v := owners.Judge(cfg, "inject.example.com", action, false)
+		v := owners.Judge(cfg, "inject.example.com", action, false, nil)
 		fmt.Println(action, v.Owned, v.Reason)
 	}
 	// Output:
-	// Ignore true OwnerUndoesOpen
+	// Ignore true OwnerMayUndoOpen
 	// Bypass true OwnerKeepsOpen
 }

@@ -1,6 +1,7 @@
 package owners
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,6 +40,9 @@ type Verdict struct {
 	Reason, Message string
 	// Owner is the writer the verdict is about (the worst), nil when none.
 	Owner *Writer
+	// Kept: the verdict is the last one made (Judge's last), because
+	// tripswitch's own write took a field it rests on.
+	Kept bool
 }
 
 // Holds reports whether the breaker's open action survives the owner.
@@ -46,14 +50,22 @@ func (v Verdict) Holds() bool { return v.Reason != ReasonUndoesOpen && v.Reason 
 
 // Judge says what the writers of obj's webhook entry named webhook mean
 // for a breaker that opens it with action (and runs half-open trials, which
-// set failurePolicy Ignore for their sample, when trial).
-func Judge(obj metav1.Object, webhook string, action v1alpha1.OpenAction, trial bool) Verdict {
+// set failurePolicy Ignore for their sample, when trial). last is the
+// breaker's Owned condition as last judged for the same spec, if any: once
+// tripswitch's own Update of the failurePolicy (an open with Ignore, a
+// trial, their close) has taken that field from the writer that owned it,
+// managedFields no longer say who puts it back, and the last verdict
+// stands, never one read from tripswitch's own entries.
+func Judge(obj metav1.Object, webhook string, action v1alpha1.OpenAction, trial bool, last *metav1.Condition) Verdict {
+	if last != nil && last.Reason != "" && Taken(obj, webhook)&FailurePolicy != 0 {
+		return Verdict{Owned: last.Status == metav1.ConditionTrue, Reason: last.Reason, Message: last.Message, Kept: true}
+	}
 	created := obj.GetCreationTimestamp().Time
 	owned := len(obj.GetOwnerReferences()) > 0
 	var best Verdict
 	var quiet []string // writers that are no owner, and why
 	for _, w := range Writers(obj, webhook) {
-		v, why := judgeOne(w, created, owned, action, trial)
+		v, why := judgeOne(obj, webhook, w, created, owned, action, trial)
 		if why != "" {
 			quiet = append(quiet, why)
 			continue
@@ -76,8 +88,9 @@ func rank(reason string) int {
 	return slices.Index([]string{ReasonUndoesOpen, ReasonMayUndoOpen, ReasonKeepsOpen, ReasonCABundleOnly}, reason)
 }
 
-// judgeOne judges one writer; why, when set, says why it is no owner.
-func judgeOne(w Writer, created time.Time, ownerRef bool, action v1alpha1.OpenAction, trial bool) (Verdict, string) {
+// judgeOne judges one writer of obj's webhook entry; why, when set, says
+// why it is no owner.
+func judgeOne(obj metav1.Object, webhook string, w Writer, created time.Time, ownerRef bool, action v1alpha1.OpenAction, trial bool) (Verdict, string) {
 	p, isKnown := Known(w.Manager)
 	who := "field manager " + w.Manager
 	if isKnown && p.Kind != Tool {
@@ -93,19 +106,16 @@ func judgeOne(w Writer, created time.Time, ownerRef bool, action v1alpha1.OpenAc
 	case p.Kind == Unknown && !w.Applies() && !ownerRef && !cameBack, p.Kind == GitOps && !cameBack:
 		return Verdict{}, w.Manager + " created the configuration and has not written it since"
 	}
-	puts, sure := p.Puts, isKnown
+	puts, sure, unless := p.Puts, isKnown, ""
 	if !isKnown || puts == (Reverts{}) {
-		// What its writes show: an applier takes back the fields it
-		// applies, never another manager's entry of a keyed list.
-		puts = Reverts{Policy: w.Fields&FailurePolicy != 0, Condition: !w.Applies()}
-		sure = sure || w.Applies()
+		puts, sure, unless = merges(obj, webhook, w)
 	}
 	v := Verdict{Owned: true, Owner: &w}
 	how := p.Writes
 	if how == "" {
 		how = fmt.Sprintf("writes this webhook's %s with %s", w.Fields, opName(w))
 	}
-	undone := puts.Policy && (action == v1alpha1.OpenActionIgnore || trial) || puts.Condition && action == v1alpha1.OpenActionBypass
+	undone := puts.fields()&circuit.Changes(action, trial) != 0
 	switch {
 	case undone && sure:
 		v.Reason = ReasonUndoesOpen
@@ -113,8 +123,8 @@ func judgeOne(w Writer, created time.Time, ownerRef bool, action v1alpha1.OpenAc
 			who, how, undoneWhat(puts, action, trial))
 	case undone:
 		v.Reason = ReasonMayUndoOpen
-		v.Message = fmt.Sprintf("%s %s: if it writes the whole entry it undoes openAction %s as soon as tripswitch opens, and tripswitch then lets go (Disarmed, ExternalChange) for the rest of the outage",
-			who, how, action)
+		v.Message = fmt.Sprintf("%s %s: %s it undoes %s as soon as tripswitch opens, and tripswitch then lets go (Disarmed, ExternalChange) for the rest of the outage",
+			who, how, unless, undoneWhat(puts, action, trial))
 	default:
 		v.Reason = ReasonKeepsOpen
 		v.Message = fmt.Sprintf("%s %s: openAction %s holds, since it leaves what %s changes alone", who, how, action, action)
@@ -133,16 +143,64 @@ func judgeOne(w Writer, created time.Time, ownerRef bool, action v1alpha1.OpenAc
 	return v, ""
 }
 
+// merges says what w's writes put back over an open, from how they merge:
+// a server-side apply takes back the fields it applies (when it forces:
+// without force its applies are refused while tripswitch holds the field),
+// never another manager's entry of a keyed list (tripswitch's
+// matchCondition); a client-side apply (a three-way strategic merge patch)
+// sets what its last-applied manifest sets and keeps entries it never
+// applied, so it puts back a failurePolicy only if the manifest sets one;
+// an Update sends the whole object, so it may put back either. sure: the
+// merge is known from managedFields; else unless says on what it depends.
+func merges(obj metav1.Object, webhook string, w Writer) (puts Reverts, sure bool, unless string) {
+	switch {
+	case w.Applies():
+		return Reverts{Policy: w.Fields&FailurePolicy != 0}, false,
+			"applying with force (as controllers usually do; managedFields do not say) it takes back the failurePolicy it applies, so"
+	case w.ClientSide:
+		policy, ok := appliedPolicy(obj.GetAnnotations()[LastApplied], webhook)
+		if !ok {
+			return Reverts{Policy: w.Fields&FailurePolicy != 0}, false, "if its last-applied manifest sets the failurePolicy (it cannot be read)"
+		}
+		return Reverts{Policy: policy != "" && policy != string(admissionregistrationv1.Ignore)}, true, ""
+	}
+	return Reverts{Policy: w.Fields&FailurePolicy != 0, Condition: true}, false, "if it writes the whole entry"
+}
+
+// appliedPolicy is the failurePolicy a last-applied manifest sets on the
+// webhook named webhook ("" when it sets none); ok is false when the
+// manifest cannot be read.
+func appliedPolicy(manifest, webhook string) (string, bool) {
+	var m struct {
+		Webhooks []struct {
+			Name          string `json:"name"`
+			FailurePolicy string `json:"failurePolicy"`
+		} `json:"webhooks"`
+	}
+	if manifest == "" || json.Unmarshal([]byte(manifest), &m) != nil {
+		return "", false
+	}
+	for _, h := range m.Webhooks {
+		if h.Name == webhook {
+			return h.FailurePolicy, true
+		}
+	}
+	return "", true
+}
+
 func opName(w Writer) string {
-	if w.Applies() {
+	switch {
+	case w.Applies():
 		return "server-side apply"
+	case w.ClientSide:
+		return "client-side apply (a three-way strategic merge against its last-applied manifest)"
 	}
 	return "Update"
 }
 
 // undoneWhat says which change of tripswitch's an owner puts back.
 func undoneWhat(puts Reverts, action v1alpha1.OpenAction, trial bool) string {
-	if action == v1alpha1.OpenActionBypass && !puts.Condition && trial {
+	if puts.fields()&circuit.Changes(action, false) == 0 && trial {
 		return "the failurePolicy Ignore of each half-open trial (spec.halfOpen)"
 	}
 	return "openAction " + string(action)
@@ -190,36 +248,4 @@ func (w Writer) Name() string {
 		return fmt.Sprintf("%s (field manager %s, %s)", p.Name, w.Manager, opName(w))
 	}
 	return fmt.Sprintf("field manager %s (%s)", w.Manager, opName(w))
-}
-
-// Undone says what of an open circuit is no longer on the webhook: rec is
-// the record tripswitch wrote, hook the entry as it is now, and recordKept
-// whether the record annotation is still there.
-func Undone(rec *v1alpha1.CircuitRecord, hook circuit.Webhook, recordKept bool) string {
-	var out []string
-	policy := "unset"
-	if hook.FailurePolicy != nil {
-		policy = string(*hook.FailurePolicy)
-	}
-	wantPolicy := rec.SetFailurePolicy
-	if rec.Trial != nil {
-		wantPolicy = rec.Trial.SetFailurePolicy
-	}
-	if wantPolicy != "" && policy != wantPolicy {
-		out = append(out, "failurePolicy is "+policy+" again")
-	}
-	if rec.Action == v1alpha1.OpenActionBypass {
-		j := slices.IndexFunc(hook.MatchConditions, func(c admissionregistrationv1.MatchCondition) bool { return c.Name == rec.MatchCondition })
-		switch {
-		case j < 0:
-			out = append(out, "matchCondition "+rec.MatchCondition+" is gone")
-		case rec.Trial == nil && hook.MatchConditions[j].Expression != circuit.MatchConditionExpression,
-			rec.Trial != nil && hook.MatchConditions[j].Expression != rec.Trial.Expression:
-			out = append(out, "matchCondition "+rec.MatchCondition+"'s expression was changed")
-		}
-	}
-	if !recordKept {
-		out = append(out, "the record annotation is gone")
-	}
-	return strings.Join(out, ", ")
 }

@@ -1,6 +1,10 @@
 package owners
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+)
 
 // Kind is what kind of writer a field manager is.
 type Kind int
@@ -43,6 +47,19 @@ type Reverts struct {
 	Policy bool
 	// Condition: tripswitch's matchCondition, so openAction Bypass is undone.
 	Condition bool
+}
+
+// fields are the fields of the webhook entry r puts back, as the open
+// actions' table names them (circuit.Changes).
+func (r Reverts) fields() circuit.Field {
+	var f circuit.Field
+	if r.Policy {
+		f |= circuit.FieldFailurePolicy
+	}
+	if r.Condition {
+		f |= circuit.FieldMatchCondition
+	}
+	return f
 }
 
 // known are the projects told by their field manager's name. Names are

@@ -8,7 +8,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
@@ -157,9 +156,10 @@ func TestJudge(t *testing.T) {
 		{name: "istiod undoes the failurePolicy of a Bypass breaker's half-open trials", action: bypass, trial: true,
 			entries:    []metav1.ManagedFieldsEntry{entry(t, "pilot-discovery", metav1.ManagedFieldsOperationUpdate, time.Minute, "f:failurePolicy")},
 			wantReason: owners.ReasonUndoesOpen, wantIn: []string{"half-open trial"}},
-		{name: "an unknown applier of the failurePolicy undoes Ignore and leaves Bypass", action: ignore,
+		{name: "an unknown applier of the failurePolicy may undo Ignore (with force) and leaves Bypass", action: ignore,
 			entries:    []metav1.ManagedFieldsEntry{entry(t, "platform-operator", metav1.ManagedFieldsOperationApply, 0, all...)},
-			wantReason: owners.ReasonUndoesOpen, wantIn: []string{"field manager platform-operator writes this webhook's failurePolicy, matchConditions, caBundle, other fields with server-side apply", "Use openAction Bypass"}},
+			wantReason: owners.ReasonMayUndoOpen, wantIn: []string{"field manager platform-operator writes this webhook's failurePolicy, matchConditions, caBundle, other fields with server-side apply",
+				"applying with force", "Use openAction Bypass"}},
 		{name: "an unknown applier keeps Bypass", action: bypass,
 			entries:    []metav1.ManagedFieldsEntry{entry(t, "platform-operator", metav1.ManagedFieldsOperationApply, 0, all...)},
 			wantReason: owners.ReasonKeepsOpen, wantIn: []string{"openAction Bypass holds"}},
@@ -177,7 +177,7 @@ func TestJudge(t *testing.T) {
 			wantReason: owners.ReasonNotOwned},
 		{name: "Argo CD applying again later is", action: ignore,
 			entries:    []metav1.ManagedFieldsEntry{entry(t, "argocd-controller", metav1.ManagedFieldsOperationApply, time.Hour, all...)},
-			wantReason: owners.ReasonUndoesOpen, wantIn: []string{"Argo CD", "ignoreDifferences"}},
+			wantReason: owners.ReasonMayUndoOpen, wantIn: []string{"Argo CD", "ignoreDifferences"}},
 		{name: "the worst writer decides", action: bypass,
 			entries: []metav1.ManagedFieldsEntry{
 				entry(t, "cainjector", metav1.ManagedFieldsOperationApply, 0, "f:clientConfig/f:caBundle"),
@@ -191,7 +191,7 @@ func TestJudge(t *testing.T) {
 			if tc.ownerRef {
 				cfg.OwnerReferences = []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "operator:webhook", UID: "u"}}
 			}
-			v := owners.Judge(cfg, hook, tc.action, tc.trial)
+			v := owners.Judge(cfg, hook, tc.action, tc.trial, nil)
 			if v.Reason != tc.wantReason {
 				t.Fatalf("reason %s, want %s: %s", v.Reason, tc.wantReason, v.Message)
 			}
@@ -228,28 +228,6 @@ func TestBlameNamesTheWriterSinceTheOpen(t *testing.T) {
 	} {
 		if got := owners.Blame(tc.writers, opened, tc.policy); got != tc.want {
 			t.Errorf("%s: Blame = %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestUndoneSaysWhatIsGone(t *testing.T) {
-	fail := ptr.To(admissionregistrationv1.Fail)
-	ignoreRec := &v1alpha1.CircuitRecord{Action: v1alpha1.OpenActionIgnore, SetFailurePolicy: "Ignore"}
-	bypassRec := &v1alpha1.CircuitRecord{Action: v1alpha1.OpenActionBypass, MatchCondition: circuit.MatchConditionName}
-	for _, tc := range []struct {
-		rec  *v1alpha1.CircuitRecord
-		hook circuit.Webhook
-		kept bool
-		want string
-	}{
-		{ignoreRec, circuit.Webhook{FailurePolicy: fail}, true, "failurePolicy is Fail again"},
-		{ignoreRec, circuit.Webhook{}, false, "failurePolicy is unset again, the record annotation is gone"},
-		{bypassRec, circuit.Webhook{FailurePolicy: fail}, false, "matchCondition " + circuit.MatchConditionName + " is gone, the record annotation is gone"},
-		{bypassRec, circuit.Webhook{MatchConditions: []admissionregistrationv1.MatchCondition{{Name: circuit.MatchConditionName, Expression: "true"}}}, true,
-			"matchCondition " + circuit.MatchConditionName + "'s expression was changed"},
-	} {
-		if got := owners.Undone(tc.rec, tc.hook, tc.kept); got != tc.want {
-			t.Errorf("Undone = %q, want %q", got, tc.want)
 		}
 	}
 }

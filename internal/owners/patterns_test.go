@@ -6,11 +6,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
@@ -32,6 +35,7 @@ func controlPlane(t *testing.T) *testenv.Env {
 }
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
 	shared.Stop()
 	os.Exit(code)
@@ -65,9 +69,11 @@ const hook1 = "target.tripswitch.test"
 
 // TestWhatEachOwnerPatternLeaves pins, on the real API server, which
 // writes of an owner leave tripswitch's open in place: the compatibility
-// table of docs/owners.md. tripswitch opens (its own field manager), the
-// owner writes once its way, and the webhook is read back; Blame must
-// name the owner from managedFields.
+// table of docs/owners.md. The owner creates its configuration and writes
+// it again a second later, and Judge's verdict from managedFields alone
+// must say what then happens (whenever it is sure); tripswitch opens (its
+// own field manager), the owner writes once more its way, the webhook is
+// read back and the one undo rule judges it; Blame must name the owner.
 func TestWhatEachOwnerPatternLeaves(t *testing.T) {
 	cp := controlPlane(t)
 	ctx := t.Context()
@@ -81,23 +87,40 @@ func TestWhatEachOwnerPatternLeaves(t *testing.T) {
 		// conflict: the owner's own write is refused while an Ignore is open
 		// (the failurePolicy it applies is tripswitch's now).
 		conflict bool
+		// unseen: managedFields cannot show this owner before it undoes an
+		// open (each of its writes is a new object's creation).
+		unseen bool
 	}{
 		{pattern: ownersim.WholeUpdate, policy: true},
 		{pattern: ownersim.MergePatch, policy: true, kept: true},
 		{pattern: ownersim.ApplyForce, policy: true, bypassHolds: true, kept: true},
 		{pattern: ownersim.ApplyForce, policy: false, ignoreHolds: true, bypassHolds: true, kept: true},
 		{pattern: ownersim.Apply, policy: true, ignoreHolds: true, bypassHolds: true, kept: true, conflict: true},
-		{pattern: ownersim.StrategicPatch, policy: true, bypassHolds: true, kept: true},
-		{pattern: ownersim.PolicyUpdate, policy: true, bypassHolds: true, kept: true},
+		// Their writes change nothing after the create (the policy they
+		// set is the one the configuration has): managedFields show an
+		// installer, or an owner of the caBundle alone, until they undo an
+		// open (docs/owners.md says so).
+		{pattern: ownersim.StrategicPatch, policy: true, bypassHolds: true, kept: true, unseen: true},
+		{pattern: ownersim.PolicyUpdate, policy: true, bypassHolds: true, kept: true, unseen: true},
 		{pattern: ownersim.CABundleUpdate, policy: true, ignoreHolds: true, bypassHolds: true, kept: true},
 		{pattern: ownersim.CABundleApply, policy: true, ignoreHolds: true, bypassHolds: true, kept: true},
+		// kubectl apply and Argo CD's default sync: a three-way strategic
+		// merge puts back the failurePolicy its manifest sets, and keeps
+		// tripswitch's matchCondition and record.
+		{pattern: ownersim.ClientSideApply, policy: true, bypassHolds: true, kept: true},
+		{pattern: ownersim.ClientSideApply, policy: false, ignoreHolds: true, bypassHolds: true, kept: true},
+		{pattern: ownersim.Recreate, policy: true, unseen: true},
 	} {
 		for _, action := range []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass} {
 			holds := map[v1alpha1.OpenAction]bool{v1alpha1.OpenActionIgnore: tc.ignoreHolds, v1alpha1.OpenActionBypass: tc.bypassHolds}[action]
 			name := fmt.Sprintf("%s-policy-%v-%s", tc.pattern, tc.policy, strings.ToLower(string(action)))
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				want := template(fmt.Sprintf("pattern-%d-%s", runs.Add(1), name), tc.policy)
 				manager := "owner-" + string(tc.pattern)
+				if tc.pattern == ownersim.ClientSideApply {
+					manager = "argocd-controller" // Argo CD's default sync
+				}
 				o, err := ownersim.New(cp.Config, cp.Scheme, tc.pattern, manager, want)
 				if err != nil {
 					t.Fatal(err)
@@ -112,8 +135,23 @@ func TestWhatEachOwnerPatternLeaves(t *testing.T) {
 					t.Fatal(err)
 				}
 
+				// A second later (managedFields keep seconds) the owner
+				// writes again, as an owner does: Judge sees it came back.
+				time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+				o.SetCABundle([]byte("owner-ca-2"))
+				if err := o.Write(ctx); err != nil {
+					t.Fatalf("owner's second write: %v", err)
+				}
+				o.SetCABundle([]byte("owner-ca-3")) // so that its next write changes something
 				cfg := read(t, cp, want.Name)
-				rec, err := circuit.Writer{Client: cp.Client}.Open(ctx, cfg, hook1, v1alpha1.CircuitRecord{Breaker: "b", BreakerUID: "uid", Action: action, OpenedAt: metav1.Now()})
+				v := owners.Judge(cfg.Object, hook1, action, false, nil)
+				switch {
+				case tc.unseen:
+				case v.Reason == owners.ReasonUndoesOpen && holds, v.Reason != owners.ReasonMayUndoOpen && v.Reason != owners.ReasonUndoesOpen && !holds:
+					t.Fatalf("Owned says %s before the open (%s), but the open holds: %v", v.Reason, v.Message, holds)
+				}
+				uid := cfg.Object.GetUID()
+				rec, err := circuit.Writer{Client: cp.Client, Budget: circuit.NoBudget{}}.Open(ctx, cfg, hook1, v1alpha1.CircuitRecord{Breaker: "b", BreakerUID: "uid", Action: action, OpenedAt: metav1.Now()})
 				if err != nil {
 					t.Fatalf("open: %v", err)
 				}
@@ -130,20 +168,21 @@ func TestWhatEachOwnerPatternLeaves(t *testing.T) {
 				after := read(t, cp, want.Name)
 				st := circuit.Inspect(after, hook1)
 				kept := st.Record != nil
-				st.Record = &rec
-				if st.Intact() != holds || kept != tc.kept {
-					t.Fatalf("after the owner's write: change in place %v (want %v), record kept %v (want %v): %+v %v",
-						st.Intact(), holds, kept, tc.kept, st.Webhook.MatchConditions, after.Object.GetAnnotations())
+				// The one rule judges it, as the controller does.
+				held := &circuit.Held{Record: &rec, Action: rec.Action, OpenedAt: rec.OpenedAt, UID: uid}
+				u, undone := circuit.Undone(held, after.Object.GetUID(), st)
+				if undone == holds || kept != tc.kept {
+					t.Fatalf("after the owner's write: undone %v (want %v), record kept %v (want %v): %+v %v",
+						undone, !holds, kept, tc.kept, st.Webhook.MatchConditions, after.Object.GetAnnotations())
 				}
 				if holds {
 					return
 				}
-				fp := st.Webhook.FailurePolicy
-				blamed := owners.Blame(owners.Writers(after.Object, hook1), rec.OpenedAt.Time, rec.SetFailurePolicy != "" && (fp == nil || string(*fp) != rec.SetFailurePolicy))
+				blamed := owners.Blame(owners.Writers(after.Object, hook1), rec.OpenedAt.Time, u.Fields.Has(circuit.FieldFailurePolicy))
 				if !strings.Contains(blamed, manager) {
 					t.Fatalf("Blame = %q, want it to name %s", blamed, manager)
 				}
-				t.Logf("%s: %s undid %s (%s)", name, blamed, action, owners.Undone(&rec, st.Webhook, kept))
+				t.Logf("%s: %s undid %s (%s: %s)", name, blamed, action, u.Shape, u.Gone)
 			})
 		}
 	}
@@ -187,7 +226,7 @@ func TestTrimOnTheAPIServersObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := read(t, cp, want.Name)
-	if _, err := (circuit.Writer{Client: cp.Client}).Open(ctx, cfg, hook1, v1alpha1.CircuitRecord{Breaker: "b", BreakerUID: "uid", Action: v1alpha1.OpenActionBypass, OpenedAt: metav1.Now()}); err != nil {
+	if _, err := (circuit.Writer{Client: cp.Client, Budget: circuit.NoBudget{}}).Open(ctx, cfg, hook1, v1alpha1.CircuitRecord{Breaker: "b", BreakerUID: "uid", Action: v1alpha1.OpenActionBypass, OpenedAt: metav1.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	obj := read(t, cp, want.Name).Object
@@ -209,4 +248,62 @@ func TestTrimOnTheAPIServersObject(t *testing.T) {
 		t.Fatalf("trimmed managedFields are %d bytes of %d", trimmed, full)
 	}
 	t.Logf("managedFields of 4 webhooks and 3 managers: %d bytes, trimmed %d", full, trimmed)
+}
+
+// TestOwnedIsNeverJudgedFromTripswitchsOwnWrite: an operator that writes
+// the webhook with Update, failurePolicy included, may undo an open with
+// Ignore. tripswitch's own open (an Update of the failurePolicy) takes that
+// field from it in managedFields, and so does its close: judged afresh
+// from them, the operator would seem to keep the open. The verdict stays
+// as last judged while tripswitch owns the field.
+func TestOwnedIsNeverJudgedFromTripswitchsOwnWrite(t *testing.T) {
+	cp := controlPlane(t)
+	ctx := t.Context()
+	want := template(fmt.Sprintf("own-%d", runs.Add(1)), true)
+	want.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	o, err := ownersim.New(cp.Config, cp.Scheme, ownersim.PolicyUpdate, "tenant-operator", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.CreateAs(ctx, "helm"); err != nil {
+		t.Fatal(err)
+	}
+	// A second later the operator sets its failurePolicy, Fail: it owns it.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+	want.Webhooks[1].FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+	if o, err = ownersim.New(cp.Config, cp.Scheme, ownersim.PolicyUpdate, "tenant-operator", want); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	judge := func(last *metav1.Condition) owners.Verdict {
+		return owners.Judge(read(t, cp, want.Name).Object, hook1, v1alpha1.OpenActionIgnore, false, last)
+	}
+	before := judge(nil)
+	if before.Reason != owners.ReasonMayUndoOpen || owners.Taken(read(t, cp, want.Name).Object, hook1) != 0 {
+		t.Fatalf("before the open: %s (%s)", before.Reason, before.Message)
+	}
+	last := &metav1.Condition{Type: v1alpha1.ConditionOwned, Status: metav1.ConditionTrue, Reason: before.Reason, Message: before.Message}
+	w := circuit.Writer{Client: cp.Client, Budget: circuit.NoBudget{}}
+	rec, err := w.Open(ctx, read(t, cp, want.Name), hook1, v1alpha1.CircuitRecord{Breaker: "b", BreakerUID: "uid", Action: v1alpha1.OpenActionIgnore, OpenedAt: metav1.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"after tripswitch's open", "after tripswitch's close"} {
+		if owners.Taken(read(t, cp, want.Name).Object, hook1)&owners.FailurePolicy == 0 {
+			t.Fatalf("%s: tripswitch does not own the failurePolicy it wrote", step)
+		}
+		// What managedFields alone would say: the operator no longer
+		// owns the failurePolicy, so it seems to keep the open.
+		t.Logf("%s: judged afresh from managedFields: %s", step, judge(nil).Reason)
+		if v := judge(last); v.Reason != owners.ReasonMayUndoOpen || !v.Kept {
+			t.Fatalf("%s: Owned %s (kept %v), want %s as last judged: %s", step, v.Reason, v.Kept, owners.ReasonMayUndoOpen, v.Message)
+		}
+		if step == "after tripswitch's open" {
+			if err := w.Close(ctx, read(t, cp, want.Name), hook1, &rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

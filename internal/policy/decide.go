@@ -2,11 +2,13 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/budget"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/owners"
@@ -73,6 +75,9 @@ const (
 	ReasonArmed              = "Armed"
 	ReasonObserveReleases    = "ObserveReleases"
 	ReasonAPIServerFailing   = "APIServerFailing"
+	// ReasonWriteBudgetExhausted: a write the outage window does not allow
+	// (package budget) was refused, and the breaker disarmed.
+	ReasonWriteBudgetExhausted = "WriteBudgetExhausted"
 )
 
 // Health is the probe monitor's view of the webhook: its verdict (the
@@ -114,18 +119,18 @@ type Input struct {
 	TargetFound bool
 	// State is the circuit as the configuration records it.
 	State circuit.State
-	// Mirror is the record the breaker's status last mirrored, if it was for
-	// this same configuration (same UID), or else the one this process
-	// wrote last and its status does not show yet (Observed.Opened).
-	Mirror *v1alpha1.CircuitRecord
-	// ClosedMine: this process closed the circuit Mirror records.
-	ClosedMine bool
-	// KnewOpen: this process knew the circuit Mirror records open
-	// first-hand: it wrote the record, or read it in the configuration. A
-	// process that never did (it started after the record was gone) cannot
-	// tell an owner's rewrite from its predecessor's close cut short by a
-	// crash before the status write.
-	KnewOpen bool
+	// ConfigUID is the configuration's UID ("" when it is missing).
+	ConfigUID types.UID
+	// Generation is the breaker's spec generation: the write budget counts
+	// per generation.
+	Generation int64
+	// Window is the outage window the breaker is in (its status's, or one
+	// inferred from its record on the configuration), nil between outages.
+	Window *v1alpha1.OutageWindow
+	// Held is the open tripswitch holds as far as it wrote (the window's),
+	// nil when none: an open that left the configuration without
+	// tripswitch closing it was undone (circuit.Undone).
+	Held *circuit.Held
 	// Writers are the configuration's other writers of the webhook, from
 	// its managedFields, the latest first: an external change names them.
 	Writers []owners.Writer
@@ -138,6 +143,11 @@ type Input struct {
 	// the webhook failing; APIServerReason says how.
 	APIServerFailing bool
 	APIServerReason  string
+	// SignalOn: the API server signal is on and can be trusted for this
+	// breaker (readable, not shared with another webhook of the name).
+	// APIServerHealthy: it confirms the webhook healthy: the API server's
+	// calls in its window reached the minimum, under the threshold.
+	SignalOn, APIServerHealthy bool
 	// Disarmed: a human overrode tripswitch during this outage.
 	Disarmed bool
 	// NotApproved, when set, says that tripswitch may not read the target
@@ -176,8 +186,15 @@ type Decision struct {
 	// Disarm, when set, stops further opening until the webhook is healthy again
 	// or an operator re-arms; it is the reason shown.
 	Disarm string
-	// Rearm clears a previous Disarm.
+	// Rearm clears a previous Disarm: the evidence that began the outage
+	// says the webhook is healthy again (Input.Recovered).
 	Rearm bool
+	// Exhausted: the write this decision would have made is past the
+	// outage window's budget (package budget); Disarm says so.
+	Exhausted bool
+	// Evidence is what an Open write opens on, and so what must say the
+	// webhook is healthy again to end its outage window.
+	Evidence v1alpha1.OutageEvidence
 	// ExternalChange: someone else changed what tripswitch owned.
 	ExternalChange bool
 	// ReleaseFinalizer: the breaker may be deleted now.
@@ -197,7 +214,30 @@ func Decide(in Input) Decision {
 	if in.State.Record != nil && in.MaxOpen.Remaining > 0 && d.Write == WriteNone {
 		d.RecheckIn = in.MaxOpen.Remaining
 	}
+	// A disarm holds for the outage: until the evidence that began it says
+	// the webhook is healthy again, decided here for every path.
+	d.Rearm = in.Disarmed && d.Disarm == "" && in.Recovered()
 	return d
+}
+
+// Recovered reports whether the evidence that began the breaker's outage
+// window (Probes when there is none) says the webhook is healthy again: for
+// a window the API server signal began, the API server's own calls passing
+// (enough of them, under the threshold), since probes may have passed all
+// along; for any other, healthy probes with the signal, if on, not failing.
+// A recovery is confirmed, never assumed: too few calls to judge, or an
+// unreadable signal, confirm nothing. In ForceOpen health says nothing: the
+// operator holds the circuit open, and a disarm there holds until they
+// re-arm or change the mode.
+func (in Input) Recovered() bool {
+	if in.Mode == v1alpha1.ModeForceOpen {
+		return false
+	}
+	probes := in.Health.Verdict == probe.VerdictHealthy && !in.APIServerFailing
+	if w := in.Window; w != nil && w.Evidence == v1alpha1.EvidenceAPIServer && in.SignalOn {
+		return in.Health.Verdict != probe.VerdictUnhealthy && in.APIServerHealthy
+	}
+	return probes
 }
 
 func decide(in Input) Decision {
@@ -207,9 +247,7 @@ func decide(in Input) Decision {
 		checkRecordReadable,
 		checkRecordOwner,
 		checkTargetFound,
-		checkExternalChange,
-		checkRecordRemoved,
-		checkChangeUndone,
+		checkUndone,
 		checkDeleting,
 		checkObserve,
 		checkActionChanged,
@@ -229,7 +267,7 @@ func decide(in Input) Decision {
 		}
 		// A disarm holds here too: never fight a human. Re-arm with the
 		// annotation.
-		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen")
+		return decideOpen(in, ReasonForceOpen, "mode is ForceOpen", v1alpha1.EvidenceOperator)
 	default:
 		return decideAuto(in)
 	}
@@ -285,86 +323,47 @@ func checkTargetFound(in Input) (Decision, bool) {
 	return Decision{Reason: ReasonTargetNotFound, Blocked: true, Message: "target webhook configuration or webhook not found; nothing is written"}, true
 }
 
-// checkExternalChange: tripswitch's record is there but its change is not.
-// Someone else edited the value; tripswitch lets go and does not fight them.
-func checkExternalChange(in Input) (Decision, bool) {
-	if in.State.Record == nil || in.State.Intact() {
+// checkUndone: someone undid tripswitch's open, whatever the shape
+// (circuit.Undone, the one rule): the value changed under the record, the
+// record removed and the change left, both written over, or the
+// configuration deleted and created again. tripswitch never fights them: it
+// drops its record if that is still there (and nothing else of what they
+// wrote), leaves their value, names the writer, and does not open again for
+// this outage (a disarm, unless the evidence that began the outage already
+// says the webhook is healthy again; in ForceOpen, always).
+func checkUndone(in Input) (Decision, bool) {
+	u, ok := circuit.Undone(in.Held, in.ConfigUID, in.State)
+	if !ok {
 		return Decision{}, false
 	}
-	undone := undoneBy(in, in.State.Record, true)
-	d := Decision{
-		Reason:         ReasonExternalChange,
-		Message:        undone + "; dropping the record and leaving their value",
-		ExternalChange: true,
+	who := owners.Blame(in.Writers, u.Record.OpenedAt.Time, u.Fields.Has(circuit.FieldFailurePolicy))
+	undone := fmt.Sprintf("%s undid tripswitch's %s: %s", who, u.Record.Action, u.Gone)
+	d := Decision{Reason: ReasonExternalChange, ExternalChange: true}
+	if !in.Recovered() {
+		d.Disarm = undoneDisarm[u.Shape] + ": " + undone
 	}
-	if in.Mode == v1alpha1.ModeObserve {
+	switch {
+	case u.RecordKept && in.Mode == v1alpha1.ModeObserve:
 		d.Message = undone + "; mode is Observe, so the record is left in place"
-		return d, true
+	case u.RecordKept:
+		d.Write = WriteDrop
+		d.Message = undone + "; dropping the record and leaving their value"
+	case u.Shape == circuit.ShapeRecordRemoved:
+		d.Reason = ReasonRecordRemoved
+		d.Message = undone + "; tripswitch no longer owns the change and will not restore it"
+	default:
+		d.Message = undone + "; tripswitch leaves their value and does not open again for this outage"
 	}
-	d.Write = WriteDrop
-	// In ForceOpen health never re-arms, so a healthy webhook is no reason to
-	// reopen over the operator's change either.
-	if in.Health.Verdict != probe.VerdictHealthy || in.Mode == v1alpha1.ModeForceOpen {
-		d.Disarm = "someone changed the webhook while its circuit was open: " + undone
-	}
+	d.ReleaseFinalizer = in.Deleting && !u.RecordKept
 	return d, true
 }
 
-// checkRecordRemoved: the status says tripswitch opened this configuration, the
-// record annotation is gone, yet the webhook still fails open that way.
-// Someone removed the record; tripswitch no longer owns the value.
-func checkRecordRemoved(in Input) (Decision, bool) {
-	if in.State.Record != nil || in.Mirror == nil || !in.State.FailsOpenWithoutRecord(in.Mirror.Action) {
-		return Decision{}, false
-	}
-	d := Decision{
-		Reason:         ReasonRecordRemoved,
-		Message:        "the circuit record was removed from the webhook configuration while open; tripswitch no longer owns the change and will not restore it",
-		ExternalChange: true,
-	}
-	if in.Health.Verdict != probe.VerdictHealthy {
-		d.Disarm = "the circuit record was removed by someone else"
-	}
-	d.ReleaseFinalizer = in.Deleting
-	return d, true
-}
-
-// checkChangeUndone: tripswitch opened the circuit (its status mirrors the
-// record, or this process wrote it a moment ago) and did not close it, yet
-// the record and the change are both gone: the configuration was written
-// over whole (Kyverno writes its configurations back from a template).
-// That is an external change like any other. Opening again would be
-// undone again, a write per rewrite for the whole outage: tripswitch lets
-// go and does not open again until the webhook is healthy. Only a process
-// that knew the circuit open judges so: one that starts to find it gone
-// may be looking at its predecessor's close, cut short by a crash before
-// the status said so; it lets the window end, and a rewrite of its own
-// open is judged when it comes (one more write per outage at most).
-func checkChangeUndone(in Input) (Decision, bool) {
-	m := in.Mirror
-	if in.State.Record != nil || m == nil || in.ClosedMine || !in.KnewOpen || in.State.FailsOpenWithoutRecord(m.Action) {
-		return Decision{}, false
-	}
-	undone := undoneBy(in, m, false)
-	d := Decision{Reason: ReasonExternalChange, ExternalChange: true, ReleaseFinalizer: in.Deleting,
-		Message: undone + "; tripswitch leaves their value and does not open again for this outage"}
-	if in.Health.Verdict != probe.VerdictHealthy || in.Mode == v1alpha1.ModeForceOpen {
-		d.Disarm = "the configuration was written over while its circuit was open: " + undone
-	}
-	return d, true
-}
-
-// undoneBy says who undid rec's change and what is gone; kept: the record
-// annotation is still there.
-func undoneBy(in Input, rec *v1alpha1.CircuitRecord, kept bool) string {
-	return fmt.Sprintf("%s undid tripswitch's %s: %s", writerOf(in, rec), rec.Action, owners.Undone(rec, in.State.Webhook, kept))
-}
-
-// writerOf names the writer that undid rec's change (owners.Blame).
-func writerOf(in Input, rec *v1alpha1.CircuitRecord) string {
-	fp := in.State.Webhook.FailurePolicy
-	policy := rec.SetFailurePolicy != "" && (fp == nil || string(*fp) != rec.SetFailurePolicy)
-	return owners.Blame(in.Writers, rec.OpenedAt.Time, policy)
+// undoneDisarm begins a disarm's reason, by how the open was undone.
+var undoneDisarm = map[circuit.Shape]string{
+	circuit.ShapeValueChanged:  "someone changed the webhook while its circuit was open",
+	circuit.ShapeRecordRemoved: "the circuit record was removed by someone else",
+	circuit.ShapeWrittenOver:   "the configuration was written over while its circuit was open",
+	circuit.ShapeRecreated:     "the configuration was deleted and created again while its circuit was open",
 }
 
 func checkDeleting(in Input) (Decision, bool) {
@@ -406,11 +405,9 @@ func decideForceClosed(in Input) Decision {
 		d.Write = WriteClose
 		d.Message = "mode is ForceClosed; restoring the original policy"
 	}
-	switch in.Health.Verdict {
-	case probe.VerdictUnhealthy:
+	if in.Health.Verdict == probe.VerdictUnhealthy || in.APIServerFailing {
 		d.Disarm = "mode was ForceClosed during an outage"
-	case probe.VerdictHealthy:
-		d.Rearm = in.Disarmed
+		d.Evidence = evidence(in)
 	}
 	return d
 }
@@ -432,20 +429,28 @@ func decideAuto(in Input) Decision {
 	verdict := in.Health.Verdict
 	switch {
 	case verdict == probe.VerdictUnhealthy:
-		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason))
+		return decideOpen(in, ReasonWebhookUnhealthy, fmt.Sprintf("%d consecutive failed probes (last: %s)", in.Health.Failures, in.Health.LastReason), v1alpha1.EvidenceProbes)
 	case in.APIServerFailing:
 		// Either signal opens; closing waits for this one to clear too.
 		if in.State.Record != nil && verdict == probe.VerdictHealthy {
 			return Decision{Reason: ReasonStillOpen, Message: "probes are healthy, but " + in.APIServerReason + "; closing when it clears"}
 		}
-		return decideOpen(in, ReasonAPIServerFailing, in.APIServerReason)
+		return decideOpen(in, ReasonAPIServerFailing, in.APIServerReason, v1alpha1.EvidenceAPIServer)
 	case verdict == probe.VerdictHealthy:
-		d := Decision{Reason: ReasonNoChange, Message: "webhook is healthy", Rearm: in.Disarmed}
-		if in.State.Record != nil {
-			d.Write, d.Reason = WriteClose, ReasonWebhookRecovered
-			d.Message = fmt.Sprintf("%d consecutive healthy probes; restoring the original policy", in.Health.Successes)
+		if in.State.Record == nil {
+			return Decision{Reason: ReasonNoChange, Message: "webhook is healthy"}
 		}
-		return d
+		if !in.Recovered() && circuit.Calls(in.State.Record) {
+			// Opened on the API server's calls, which still reach the
+			// webhook: the probes passed all along, so only those calls
+			// passing again close it. (With Bypass no call reaches it: a
+			// trial confirms, or, where none can run, the probes close it
+			// and the outage ends once calls pass again.)
+			return Decision{Reason: ReasonStillOpen, Message: "probes are healthy, but the circuit opened on the API server's own calls to the webhook failing; " +
+				"closing once enough of them pass again"}
+		}
+		return Decision{Write: WriteClose, Reason: ReasonWebhookRecovered,
+			Message: fmt.Sprintf("%d consecutive healthy probes; restoring the original policy", in.Health.Successes)}
 	}
 	switch in.Phase() {
 	case PhaseOpen:
@@ -455,8 +460,9 @@ func decideAuto(in Input) Decision {
 	}
 }
 
-// decideOpen opens unless already open, disarmed, or failing open without tripswitch.
-func decideOpen(in Input, reason, why string) Decision {
+// decideOpen opens on ev unless already open, disarmed, failing open
+// without tripswitch, or past the outage window's write budget.
+func decideOpen(in Input, reason, why string, ev v1alpha1.OutageEvidence) Decision {
 	switch {
 	case in.State.Record != nil:
 		return Decision{Reason: ReasonStillOpen, Message: "circuit is open: " + why}
@@ -465,7 +471,42 @@ func decideOpen(in Input, reason, why string) Decision {
 	case in.State.FailsOpenWithoutRecord(in.Action):
 		return Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Message: fmt.Sprintf("webhook already fails open (%s) without tripswitch; leaving it alone", in.Action)}
 	}
-	return Decision{Write: WriteOpen, Action: in.Action, Reason: reason, Message: why}
+	if err := budget.Allow(in.Window, in.Generation, budget.Open); err != nil {
+		why := "not opening: " + err.Error() + writersSay(in.Writers)
+		return Decision{Reason: ReasonWriteBudgetExhausted, Exhausted: true, Disarm: why, Message: why, Evidence: ev}
+	}
+	return Decision{Write: WriteOpen, Action: in.Action, Reason: reason, Message: why, Evidence: ev}
+}
+
+// Refused is d, refused by the write path because the outage window's
+// budget does not allow its write (err wraps budget.ErrExhausted): no
+// write, and a disarm that says why and names the configuration's latest
+// writers.
+func Refused(d Decision, err error, writers []owners.Writer) Decision {
+	why := fmt.Sprintf("not writing (%s): %v%s", d.Write, err, writersSay(writers))
+	return Decision{Reason: ReasonWriteBudgetExhausted, Exhausted: true, Disarm: why, Message: why, Evidence: d.Evidence}
+}
+
+// writersSay names the configuration's latest writers other than
+// tripswitch, from its managedFields, for a refused write's message.
+func writersSay(ws []owners.Writer) string {
+	var names []string
+	for _, w := range ws[:min(2, len(ws))] {
+		names = append(names, w.Name())
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "; the configuration's last writers: " + strings.Join(names, ", ")
+}
+
+// evidence is what the webhook is failing on now, for a window a disarm
+// begins.
+func evidence(in Input) v1alpha1.OutageEvidence {
+	if in.Health.Verdict != probe.VerdictUnhealthy && in.APIServerFailing {
+		return v1alpha1.EvidenceAPIServer
+	}
+	return v1alpha1.EvidenceProbes
 }
 
 // decideTrial: an open circuit that closes through a half-open trial

@@ -3,11 +3,15 @@ package policy
 import (
 	"errors"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/budget"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -79,7 +83,7 @@ func TestDecide(t *testing.T) {
 		{name: "an administrator's Fail after recovery drops the record without disarming", in: Input{Mode: v1alpha1.ModeAuto, State: adminClosed, Health: up}, wantWrite: WriteDrop, wantReason: ReasonExternalChange},
 		{name: "a disarmed breaker does not open", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: down, Disarmed: true}, wantReason: ReasonDisarmed},
 		{name: "a healthy webhook re-arms a disarmed breaker", in: Input{Mode: v1alpha1.ModeAuto, State: closedFail, Health: up, Disarmed: true}, wantReason: ReasonNoChange, wantRearm: true},
-		{name: "a removed record with the value left in place is not restored", in: Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, Mirror: ignoreRecord("b"), Health: up}, wantReason: ReasonRecordRemoved},
+		{name: "a removed record with the value left in place is not restored", in: Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, ConfigUID: "cfg-uid", Held: &circuit.Held{Action: v1alpha1.OpenActionIgnore, UID: "cfg-uid"}, Health: up}, wantReason: ReasonRecordRemoved},
 		{name: "a corrupt record is never acted on", in: Input{Mode: v1alpha1.ModeAuto, State: corrupt, Health: up}, wantReason: ReasonCorruptRecord},
 		{name: "another breaker's record is never acted on", in: Input{Mode: v1alpha1.ModeAuto, State: othersRecord, Health: up}, wantReason: ReasonRecordOfOther},
 		{name: "a missing target is reported", in: Input{Mode: v1alpha1.ModeAuto, State: circuit.State{Index: -1}, Health: down}, wantReason: ReasonTargetNotFound},
@@ -137,10 +141,10 @@ func verdictOf(failures, successes int32) probe.Verdict {
 
 // FuzzDecide checks the safety rules over arbitrary inputs.
 func FuzzDecide(f *testing.F) {
-	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false, false)
-	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false, false)
-	f.Add(uint8(0), uint8(0), uint8(1), int32(0), int32(9), false, false, false, true)
-	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, probeUnknown, apiFailing bool) {
+	f.Add(uint8(0), uint8(0), uint8(0), int32(3), int32(0), false, false, false, false, uint8(0))
+	f.Add(uint8(1), uint8(1), uint8(2), int32(0), int32(9), true, true, false, false, uint8(1))
+	f.Add(uint8(0), uint8(0), uint8(1), int32(0), int32(9), false, false, false, true, uint8(2))
+	f.Fuzz(func(t *testing.T, mode, action, state uint8, failures, successes int32, deleting, disarmed, probeUnknown, apiFailing bool, window uint8) {
 		modes := []v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}
 		actions := []v1alpha1.OpenAction{v1alpha1.OpenActionIgnore, v1alpha1.OpenActionBypass}
 		states := []circuit.State{closedFail, openIgnore, openBypass, adminIgnore, adminClosed, corrupt, othersRecord, {Index: -1}}
@@ -151,8 +155,37 @@ func FuzzDecide(f *testing.F) {
 			Health: Health{Verdict: verdictOf(failures, successes), Failures: failures, Successes: successes},
 		}
 		in.TargetFound = in.State.Index >= 0
+		in.ConfigUID = "cfg-uid"
+		// The outage window: none; an open made and held (on this
+		// configuration or one since recreated); an open made and given
+		// back; from an earlier generation; begun on the API server's calls.
+		at := metav1.Unix(1_800_000_000, 0)
+		switch window % 6 {
+		case 1, 2:
+			in.Window = &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceProbes, Opens: 1, Writes: 1, Held: true, Action: in.Action, OpenedAt: &at, ConfigurationUID: "cfg-uid"}
+			if window%6 == 2 {
+				in.Window.ConfigurationUID = "before-recreate"
+			}
+			in.Held = &circuit.Held{Action: in.Action, OpenedAt: at, UID: in.Window.ConfigurationUID}
+		case 3:
+			in.Window = &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceProbes, Opens: 1, Writes: 2}
+		case 4:
+			in.Window = &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceProbes, Opens: 1, Writes: 2, Generation: 7}
+		case 5:
+			in.Window = &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceAPIServer, Opens: 1, Writes: 2}
+			in.SignalOn = true
+		}
 		d := Decide(in)
 		owned := in.State.Record != nil && in.State.Record.BreakerUID == uid && in.State.RecordErr == nil
+		if d.Write == WriteOpen && budget.Allow(in.Window, in.Generation, budget.Open) != nil {
+			t.Fatalf("opened past the outage window's budget: %+v", in)
+		}
+		if d.Rearm && !in.Recovered() {
+			t.Fatalf("re-armed before the evidence that began the outage said the webhook is healthy: %+v", in)
+		}
+		if d.Write == WriteOpen && in.Held != nil && in.State.Record == nil {
+			t.Fatalf("opened again over an open it holds and someone undid: %+v", in)
+		}
 		switch {
 		case d.Write != WriteNone && (!in.TargetFound || in.State.RecordErr != nil || (in.State.Record != nil && !owned)):
 			t.Fatalf("wrote %s to a target it must not touch: %+v", d.Write, in)
@@ -220,6 +253,45 @@ func TestDecideTrial(t *testing.T) {
 			d := Decide(in)
 			if d.Write != tc.wantWrite || d.Reason != tc.wantReason {
 				t.Errorf("Decide = %s/%s (%s), want %s/%s", d.Write, d.Reason, d.Message, tc.wantWrite, tc.wantReason)
+			}
+		})
+	}
+}
+
+// Someone set the webhook's failurePolicy while its Bypass circuit was
+// open (no undo: Bypass changes the matchCondition). A trial would set
+// Ignore over their value and give back the record's original after: it
+// does not run, and the circuit closes on healthy probes, leaving their
+// failurePolicy. Before this, every trial's patch was refused (its test of
+// the original failurePolicy failed) and the circuit stayed open for good
+// (found by test/adversary).
+func TestNoTrialOverSomeonesFailurePolicy(t *testing.T) {
+	at := metav1.Unix(1_800_000_000, 0)
+	rec := bypassRecord()
+	rec.OriginalFailurePolicy, rec.OpenedAt = ptr.To("Fail"), at
+	ws := v1alpha1.WebhookCircuitBreakerSpec{OpenAction: v1alpha1.OpenActionBypass,
+		APIServerSignal: &v1alpha1.APIServerSignalSpec{Enabled: true}, HalfOpen: &v1alpha1.HalfOpenSpec{}}
+	spec := ws.Resolve()
+	healthy := probe.Observation{Verdict: probe.VerdictHealthy, ConsecutiveSuccesses: 5, HealthySince: at.Time}
+	for _, tc := range []struct {
+		name      string
+		policy    admissionregistrationv1.FailurePolicyType
+		wantTrial bool
+		wantWrite Write
+	}{
+		{"failurePolicy as the open found it: a trial", admissionregistrationv1.Fail, true, WriteTrial},
+		{"failurePolicy changed to Ignore meanwhile: no trial, the probes close it", admissionregistrationv1.Ignore, false, WriteClose},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := circuit.State{Index: 0, Webhook: webhookWith(tc.policy, circuit.MatchConditionName), Record: rec}
+			obs := Observed{State: st, Health: healthy}
+			v := TrialVerdict(spec, obs, at.Add(time.Hour))
+			if (v != nil) != tc.wantTrial {
+				t.Fatalf("trial verdict %+v, want one %v", v, tc.wantTrial)
+			}
+			in := Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, BreakerUID: uid, TargetFound: true, State: st, Health: up, Trial: v}
+			if d := Decide(in); d.Write != tc.wantWrite {
+				t.Fatalf("Decide = %s (%s), want %s", d.Write, d.Message, tc.wantWrite)
 			}
 		})
 	}

@@ -1,11 +1,8 @@
 package policy
 
 import (
-	"fmt"
-
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
-	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // checkAlreadyFailOpen: the webhook already fails open the way this breaker
@@ -19,15 +16,5 @@ func checkAlreadyFailOpen(in Input) (Decision, bool) {
 		!in.State.FailsOpenWithoutRecord(in.Action) {
 		return Decision{}, false
 	}
-	d := Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Rearm: in.Disarmed && in.Health.Verdict == probe.VerdictHealthy}
-	switch in.Action {
-	case v1alpha1.OpenActionIgnore:
-		d.Message = "the webhook's failurePolicy is already Ignore, set without tripswitch, so openAction Ignore can change nothing: " +
-			"in an outage requests are admitted anyway, each after waiting up to the webhook's timeoutSeconds. " +
-			"Set spec.openAction to Bypass to skip the webhook while it is down"
-	default:
-		d.Message = fmt.Sprintf("the webhook already has matchCondition %s, set without tripswitch's record, so openAction %s can change nothing; leaving it alone",
-			circuit.MatchConditionName, in.Action)
-	}
-	return d, true
+	return Decision{Reason: ReasonAlreadyFailOpen, Refused: true, Message: circuit.AlreadyOpen(in.Action)}, true
 }

@@ -5,10 +5,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/budget"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/owners"
@@ -44,24 +44,9 @@ type Observed struct {
 	// Chain is the preflight of the webhooks that can match the same
 	// requests; nil when the webhook was not found.
 	Chain *webhookchain.Verdict
-	// Opened is the circuit this process opened last, until the breaker's
-	// status has been written since; Closed is the one it closed, until
-	// the status shows it closed (the reconciler's memory of both).
-	Opened *Opened
+	// Closed is the circuit this process closed, until the status shows it
+	// closed (the reconciler's memory).
 	Closed *ClosedNote
-	// KnewOpen is the openedAt of the last open window this process knew
-	// first-hand (it wrote the record or read it in the configuration);
-	// zero when none.
-	KnewOpen metav1.Time
-}
-
-// Opened is a circuit this process opened: the record it wrote and the
-// configuration's UID. An owner that undoes the open at once is told from
-// it before the breaker's status mirrors the record (a status deferred in
-// a storm).
-type Opened struct {
-	Record v1alpha1.CircuitRecord
-	UID    types.UID
 }
 
 // NewInput gathers what Decide needs from the breaker, its resolved spec
@@ -90,6 +75,12 @@ func NewInput(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs
 		NotApproved:      obs.NotApproved,
 		EverRead:         b.Status.TargetUID != "",
 		ConflictWinner:   obs.Conflict,
+		Generation:       b.Generation,
+		Window:           Window(b, obs.Config, obs.State),
+	}
+	if sig := obs.Signal; sig != nil && !sig.Unreadable && obs.Ambiguous == "" {
+		in.SignalOn = true
+		in.APIServerHealthy = sig.Healthy()
 	}
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.Signal.FailureRate, obs.Signal.Failures, obs.Signal.Calls)
@@ -97,17 +88,47 @@ func NewInput(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs
 	if obs.Config == nil {
 		return in
 	}
-	uid := obs.Config.Object.GetUID()
-	switch {
-	case uid == b.Status.TargetUID && b.Status.Record != nil:
-		in.Mirror = b.Status.Record
-	case obs.Opened != nil && obs.Opened.UID == uid:
-		in.Mirror = &obs.Opened.Record
-	}
-	in.ClosedMine = in.Mirror != nil && obs.Closed != nil && in.Mirror.OpenedAt.Equal(&obs.Closed.OpenedAt)
-	in.KnewOpen = in.Mirror != nil && !obs.KnewOpen.IsZero() && in.Mirror.OpenedAt.Equal(&obs.KnewOpen)
+	in.ConfigUID = obs.Config.Object.GetUID()
+	in.Held = held(b, in.Window)
 	in.Writers = owners.Writers(obs.Config.Object, b.Spec.Target.WebhookName)
 	return in
+}
+
+// Window is the outage window b is in, as a decision on the configuration
+// cfg (nil when missing), its webhook's state s, sees it: the status's,
+// without an open counted but never applied (budget.Unsent); one its record
+// on the configuration implies when the status has none (budget.Infer);
+// none once the breaker is re-armed by annotation, which ends the window.
+func Window(b *v1alpha1.WebhookCircuitBreaker, cfg *circuit.Configuration, s circuit.State) *v1alpha1.OutageWindow {
+	w := b.Status.Outage
+	if RearmRequested(b) {
+		w = nil
+	}
+	if cfg == nil {
+		return w
+	}
+	uid := cfg.Object.GetUID()
+	ours := s.Record != nil && s.Record.BreakerUID == b.UID
+	if w == nil && ours {
+		return budget.Infer(s.Record, uid, b.Generation)
+	}
+	return budget.Unsent(w, uid, cfg.Object.GetResourceVersion(), ours)
+}
+
+// held is the open w holds as far as tripswitch wrote, with the record b's
+// status mirrors of it (it says what a trial changed); nil when none.
+func held(b *v1alpha1.WebhookCircuitBreaker, w *v1alpha1.OutageWindow) *circuit.Held {
+	if w == nil || !w.Held {
+		return nil
+	}
+	h := &circuit.Held{Action: w.Action, UID: w.ConfigurationUID}
+	if w.OpenedAt != nil {
+		h.OpenedAt = *w.OpenedAt
+	}
+	if r := b.Status.Record; r != nil && b.Status.TargetUID == w.ConfigurationUID && r.OpenedAt.Equal(&h.OpenedAt) {
+		h.Record = r
+	}
+	return h
 }
 
 // Clocked sets what in knows from the clock: the half-open trial's verdict

@@ -28,11 +28,27 @@ func mirrored(rec *v1alpha1.CircuitRecord) *v1alpha1.CircuitRecord {
 	return &r
 }
 
+// holding is the outage window of an open of rec's that tripswitch made
+// on configuration cfgUID, counted before it was sent, and still holds;
+// held is that open as Input.Held has it.
+func holding(rec *v1alpha1.CircuitRecord, cfgUID types.UID) (*v1alpha1.OutageWindow, *circuit.Held) {
+	at := opened
+	w := &v1alpha1.OutageWindow{StartedAt: at, Evidence: v1alpha1.EvidenceProbes, ConfigurationUID: cfgUID, Action: rec.Action, OpenedAt: &at,
+		Held: true, Opens: 1, Writes: 1, Budget: 2}
+	return w, &circuit.Held{Record: mirrored(rec), Action: rec.Action, OpenedAt: at, UID: cfgUID}
+}
+
 // An owner that writes the whole configuration back takes the record and
-// the change away together: that is an external change, named, and the
-// breaker does not open again for the outage (it would be undone again).
+// the change away together; one that deletes and recreates it takes the
+// configuration away with them: either is an external change, named, and
+// the breaker does not open again for the outage (it would be undone
+// again).
 func TestDecideOnAnOwnersRewrite(t *testing.T) {
 	rewritten := circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail)}
+	ignoreWindow, ignoreHeld := holding(ignoreRecord("b"), "cfg-uid")
+	bypassWindow, bypassHeld := holding(bypassRecord(), "cfg-uid")
+	closedWindow := ignoreWindow.DeepCopy()
+	closedWindow.Held = false
 	for _, tc := range []struct {
 		name        string
 		in          Input
@@ -41,43 +57,43 @@ func TestDecideOnAnOwnersRewrite(t *testing.T) {
 		wantDisarm  bool
 		wantRelease bool
 		wantSays    []string
-		// stranger: this process never knew the circuit open (it started
-		// after the record was gone); every other row's process did.
-		stranger bool
 	}{
 		{name: "an Ignore written over during the outage disarms without a write",
-			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Mirror: mirrored(ignoreRecord("b")), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true,
 			wantSays: []string{"Kyverno (field manager kyverno, Update) undid tripswitch's Ignore: failurePolicy is Fail again, the record annotation is gone"}},
 		{name: "a Bypass written over the same way",
-			in:        Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: rewritten, Health: down, Mirror: mirrored(bypassRecord()), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: rewritten, Health: down, Window: bypassWindow, Held: bypassHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true,
 			wantSays: []string{"undid tripswitch's Bypass: matchCondition " + circuit.MatchConditionName + " is gone"}},
 		{name: "after recovery it only says so",
-			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: up, Mirror: mirrored(ignoreRecord("b")), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: up, Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange},
 		{name: "ForceOpen does not fight the owner either",
-			in:        Input{Mode: v1alpha1.ModeForceOpen, State: rewritten, Health: up, Mirror: mirrored(ignoreRecord("b")), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeForceOpen, State: rewritten, Health: up, Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true},
 		{name: "a breaker being deleted has nothing left to restore",
-			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Deleting: true, Mirror: mirrored(ignoreRecord("b")), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Deleting: true, Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true, wantRelease: true},
 		{name: "a writer managedFields do not date is named as the likeliest",
-			in: Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Mirror: mirrored(bypassRecord()),
+			in: Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Window: bypassWindow, Held: bypassHeld,
 				Writers: []owners.Writer{{Manager: "kyverno", Operation: metav1.ManagedFieldsOperationUpdate, Time: opened.Add(-time.Hour), Fields: owners.Other}}},
 			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true, wantSays: []string{"probably Kyverno (field manager kyverno, Update)"}},
-		{name: "a circuit this process closed is not an owner's doing: it opens again if it must",
-			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Mirror: mirrored(ignoreRecord("b")), ClosedMine: true, Writers: kyvernoRewrote},
-			wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
-		{name: "a process that never knew the circuit open may be looking at its predecessor's close cut short by a crash: it opens again if it must",
-			in:        Input{Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, State: rewritten, Health: down, Mirror: mirrored(bypassRecord()), Writers: kyvernoRewrote},
-			stranger:  true,
+		{name: "a configuration deleted and created again while the open was held is an undo",
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, ConfigUID: "recreated-uid", Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
+			wantWrite: WriteNone, wantReason: ReasonExternalChange, wantDisarm: true,
+			wantSays: []string{"undid tripswitch's Ignore: the configuration was deleted and created again (uid recreated-uid, was cfg-uid)"}},
+		{name: "a circuit tripswitch closed in this outage does not open again in it: one open an outage",
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Window: closedWindow, Writers: kyvernoRewrote},
+			wantWrite: WriteNone, wantReason: ReasonWriteBudgetExhausted, wantDisarm: true, wantSays: []string{"an open is made once an outage", "Kyverno (field manager kyverno, Update)"}},
+		{name: "an operator's edit of the spec is a new instruction: its writes are counted afresh",
+			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Window: closedWindow, Generation: 2, Writers: kyvernoRewrote},
 			wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
 		{name: "without a circuit tripswitch opened, a failing webhook opens",
 			in:        Input{Mode: v1alpha1.ModeAuto, State: rewritten, Health: down, Writers: kyvernoRewrote},
 			wantWrite: WriteOpen, wantReason: ReasonWebhookUnhealthy},
 		{name: "a record removed with the change left in place is still RecordRemoved",
-			in:        Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, Health: down, Mirror: mirrored(ignoreRecord("b")), Writers: kyvernoRewrote},
+			in:        Input{Mode: v1alpha1.ModeAuto, State: adminIgnore, Health: down, Window: ignoreWindow, Held: ignoreHeld, Writers: kyvernoRewrote},
 			wantWrite: WriteNone, wantReason: ReasonRecordRemoved, wantDisarm: true},
 		{name: "a change altered under the record names its writer",
 			in:        Input{Mode: v1alpha1.ModeAuto, State: circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail), Record: mirrored(ignoreRecord("b"))}, Health: down, Writers: kyvernoRewrote},
@@ -86,7 +102,9 @@ func TestDecideOnAnOwnersRewrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.in.BreakerUID, tc.in.TargetFound = uid, true
-			tc.in.KnewOpen = tc.in.Mirror != nil && !tc.stranger
+			if tc.in.ConfigUID == "" {
+				tc.in.ConfigUID = "cfg-uid"
+			}
 			if tc.in.Action == "" {
 				tc.in.Action = v1alpha1.OpenActionIgnore
 			}
@@ -104,33 +122,36 @@ func TestDecideOnAnOwnersRewrite(t *testing.T) {
 	}
 }
 
-// The record this process opened stands in for the status until the
-// status shows it, on the same configuration only.
-func TestNewInputRemembersItsOwnOpen(t *testing.T) {
-	b := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: uid},
+// The open tripswitch holds is its outage window's, with the record the
+// status mirrors of it on the same configuration; a window whose open was
+// given back holds none; a record with no window in the status implies one.
+func TestNewInputHeldOpen(t *testing.T) {
+	rec := *mirrored(ignoreRecord("b"))
+	window, _ := holding(&rec, "cfg-uid")
+	b := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: uid, Generation: 3},
 		Spec:   v1alpha1.WebhookCircuitBreakerSpec{Target: v1alpha1.Target{Kind: v1alpha1.MutatingWebhookConfiguration, ConfigurationName: "cfg", WebhookName: "w.tripswitch.test"}},
-		Status: v1alpha1.WebhookCircuitBreakerStatus{TargetUID: "cfg-uid"}}
+		Status: v1alpha1.WebhookCircuitBreakerStatus{TargetUID: "cfg-uid", Record: &rec, Outage: window}}
 	cfg := func(uid types.UID) *circuit.Configuration {
 		return &circuit.Configuration{Object: &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{UID: uid}}}
 	}
 	spec := b.Spec.Resolve()
-	rec := *mirrored(ignoreRecord("b"))
-	in := NewInput(b, spec, Observed{Config: cfg("cfg-uid"), Opened: &Opened{Record: rec, UID: "cfg-uid"}})
-	if in.Mirror == nil || !in.Mirror.OpenedAt.Equal(&opened) || in.ClosedMine || in.KnewOpen {
-		t.Fatalf("mirror %+v, closed mine %v, knew open %v; want the open remembered, not known first-hand", in.Mirror, in.ClosedMine, in.KnewOpen)
+	in := NewInput(b, spec, Observed{Config: cfg("cfg-uid")})
+	if h := in.Held; h == nil || h.Record == nil || !h.Record.OpenedAt.Equal(&opened) || h.UID != "cfg-uid" || in.ConfigUID != "cfg-uid" {
+		t.Fatalf("held %+v (config %s); want the window's open with the status's record", in.Held, in.ConfigUID)
 	}
-	if in := NewInput(b, spec, Observed{Config: cfg("cfg-uid"), Opened: &Opened{Record: rec, UID: "cfg-uid"}, KnewOpen: opened}); !in.KnewOpen {
-		t.Fatal("the window this process knew open is not known")
+	if in := NewInput(b, spec, Observed{Config: cfg("recreated")}); in.Held == nil || in.Held.UID != "cfg-uid" || in.ConfigUID != "recreated" {
+		t.Fatalf("held %+v on a recreated configuration; want the open of the one it was written to", in.Held)
 	}
-	if in := NewInput(b, spec, Observed{Config: cfg("cfg-uid"), Opened: &Opened{Record: rec, UID: "cfg-uid"}, KnewOpen: metav1.NewTime(opened.Add(-time.Hour))}); in.KnewOpen {
-		t.Fatal("an earlier window this process knew stands for this one")
+	given := b.DeepCopy()
+	given.Status.Outage.Held = false
+	if in := NewInput(given, spec, Observed{Config: cfg("cfg-uid")}); in.Held != nil {
+		t.Fatalf("held %+v after the open was given back", in.Held)
 	}
-	if in := NewInput(b, spec, Observed{Config: cfg("recreated"), Opened: &Opened{Record: rec, UID: "cfg-uid"}}); in.Mirror != nil {
-		t.Fatalf("an open of the configuration before it was recreated stands in: %+v", in.Mirror)
-	}
-	in = NewInput(b, spec, Observed{Config: cfg("cfg-uid"), Opened: &Opened{Record: rec, UID: "cfg-uid"}, Closed: &ClosedNote{OpenedAt: opened}})
-	if !in.ClosedMine {
-		t.Fatal("a circuit this process closed is not known as closed by it")
+	none := b.DeepCopy()
+	none.Status.Outage = nil
+	in = NewInput(none, spec, Observed{Config: cfg("cfg-uid"), State: circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Ignore), Record: &rec}})
+	if w := in.Window; w == nil || w.Opens != 1 || !w.Held || w.Generation != 3 || in.Held == nil {
+		t.Fatalf("window %+v, held %+v; want one inferred from the record", in.Window, in.Held)
 	}
 }
 
@@ -148,8 +169,9 @@ func TestStatusSaysWhoOwnsTheTarget(t *testing.T) {
 		FieldsV1: metav1.NewFieldsV1(`{"f:webhooks":{"k:{\"name\":\"w.tripswitch.test\"}":{".":{},"f:failurePolicy":{},"f:name":{},"f:rules":{}}}}`),
 	}}}}
 	rewritten := circuit.State{Index: 0, Webhook: webhookWith(admissionregistrationv1.Fail)}
+	window, held := holding(bypassRecord(), "cfg-uid")
 	in := Input{TargetFound: true, Mode: v1alpha1.ModeAuto, Action: v1alpha1.OpenActionBypass, BreakerUID: uid, State: rewritten, Health: down,
-		Mirror: b.Status.Record, KnewOpen: true, Writers: owners.Writers(obj, "w.tripswitch.test")}
+		ConfigUID: "cfg-uid", Window: window, Held: held, Writers: owners.Writers(obj, "w.tripswitch.test")}
 	d := Decide(in)
 	s := NextStatus(b, Outcome{Spec: b.Spec.Resolve(), Input: in, Decision: d, Observed: Observed{Config: &circuit.Configuration{Object: obj}, State: rewritten}, After: rewritten, Now: opened})
 	owned := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionOwned)

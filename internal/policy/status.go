@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/budget"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/owners"
@@ -37,6 +38,7 @@ func NextStatus(b *v1alpha1.WebhookCircuitBreaker, o Outcome) v1alpha1.WebhookCi
 	}
 	ours := o.ours(b)
 	mirrorRecord(&s, o, ours)
+	setOutage(&s, b, o, ours)
 	setState(&s, b, o, ours)
 	setConditions(&s, b, o, ours)
 	setFloor(&s, b, o)
@@ -54,8 +56,22 @@ func setOwned(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircui
 	if !o.Input.TargetFound || o.Observed.Config == nil {
 		return
 	}
-	v := owners.Judge(o.Observed.Config.Object, b.Spec.Target.WebhookName, o.Spec.Action, o.Spec.HalfOpen != nil)
+	v := owners.Judge(o.Observed.Config.Object, b.Spec.Target.WebhookName, o.Spec.Action, o.Spec.HalfOpen != nil, LastOwned(b))
+	if v.Kept {
+		return // as last judged: tripswitch's own write took the field it rests on
+	}
 	setter(s, b, o)(v1alpha1.ConditionOwned, v.Owned, v.Reason, v.Message)
+}
+
+// LastOwned is b's Owned condition as last judged for its current spec,
+// nil when there is none (owners.Judge keeps it while tripswitch's own
+// write holds a field the judgement rests on).
+func LastOwned(b *v1alpha1.WebhookCircuitBreaker) *metav1.Condition {
+	c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionOwned)
+	if c == nil || c.ObservedGeneration != b.Generation {
+		return nil
+	}
+	return c
 }
 
 // setPreflight sets Preflight from the chain's verdict; without one (the
@@ -103,6 +119,38 @@ func mirrorRecord(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1al
 	if o.Input.TargetFound && o.After.RecordErr == nil {
 		updateHistory(s, s.Record, ours, closeReason(s.Record, o.Input.State.Record, o.Decision, o.ClosedBy), closedAt(s.Record, o))
 		s.Record = ours
+	}
+}
+
+// setOutage keeps the outage window (its counts are written before each
+// write, by the controller): a disarm with no window begins one; an undo,
+// or a write past the budget, is marked on it; it ends, and its budget
+// with it, once the breaker holds nothing and the evidence that began it
+// says the webhook is healthy again (a half-open trial's real calls
+// passing is such evidence), or with a re-arm.
+func setOutage(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircuitBreaker, o Outcome, ours *v1alpha1.CircuitRecord) {
+	in, d := o.Input, o.Decision
+	// The window as the decision saw it (inferred from the record, or
+	// without an open never applied), unless a write counted since.
+	if wrote := d.Write != WriteNone && o.WriteErr == nil; !wrote && in.Window != nil && (ours != nil || s.Outage != nil) &&
+		!equality.Semantic.DeepEqual(s.Outage, in.Window) {
+		s.Outage = in.Window.DeepCopy()
+	}
+	if d.Disarm != "" && s.Outage == nil {
+		s.Outage = budget.Start(nil, budget.Begin{At: o.Now, Evidence: d.Evidence, UID: in.ConfigUID})
+		s.Outage.Generation = b.Generation
+	}
+	if w := s.Outage; w != nil {
+		if d.ExternalChange && o.WriteErr == nil {
+			w.Held = false
+		}
+		if d.Exhausted {
+			w.Exhausted = true
+		}
+	}
+	passed := d.Write == WriteClose && d.Trial != nil && d.Trial.Step == halfopen.Pass && o.WriteErr == nil
+	if RearmRequested(b) || ours == nil && d.Disarm == "" && (in.Recovered() || passed) {
+		s.Outage = nil
 	}
 }
 
@@ -267,7 +315,11 @@ func setReady(s *v1alpha1.WebhookCircuitBreakerStatus, o Outcome, ours *v1alpha1
 	case d.Blocked:
 		set(v1alpha1.ConditionReady, false, d.Reason, d.Message)
 	case s.DisarmedReason != "" && ours == nil:
-		set(v1alpha1.ConditionReady, false, ReasonDisarmed, "tripswitch will not open this circuit for this outage: "+s.DisarmedReason+"; it re-arms when the webhook is healthy again, or with the "+RearmAnnotation+" annotation")
+		reason := ReasonDisarmed
+		if s.Outage != nil && s.Outage.Exhausted {
+			reason = ReasonWriteBudgetExhausted
+		}
+		set(v1alpha1.ConditionReady, false, reason, "tripswitch will not open this circuit for this outage: "+s.DisarmedReason+"; it re-arms when the webhook is healthy again, or with the "+RearmAnnotation+" annotation")
 	case ours != nil:
 		set(v1alpha1.ConditionReady, true, ReasonCircuitOpen, "tripswitch holds the circuit open and will close it when the webhook recovers")
 	case d.Refused:

@@ -5,18 +5,21 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
 // TrialVerdict judges the half-open trial of an open circuit (spec.halfOpen,
 // internal/halfopen) at now: nil when closing needs no trial (any action but
-// Bypass, Bypass without the signal, a mode other than Auto), unless a trial
-// is recorded: one left running when the spec changed still ends by its own
+// Bypass, Bypass without the signal, a mode other than Auto) or can have
+// none (someone changed the failurePolicy while the circuit was open, and a
+// trial would write over it: circuit.State.CanTrial), unless a trial is
+// recorded: one left running when the spec changed still ends by its own
 // rules.
 func TrialVerdict(spec v1alpha1.ResolvedSpec, obs Observed, now time.Time) *halfopen.Verdict {
 	rec := obs.State.Record
-	if rec == nil || rec.Action != v1alpha1.OpenActionBypass || spec.Mode != v1alpha1.ModeAuto {
+	if rec == nil || !circuit.HasTrial(rec.Action) || spec.Mode != v1alpha1.ModeAuto || rec.Trial == nil && !obs.State.CanTrial() {
 		return nil
 	}
 	hs := spec.HalfOpen

@@ -115,7 +115,7 @@ func TestAlertRulesParseAndNameExportedMetrics(t *testing.T) {
 		}
 	}
 	slices.Sort(alerts)
-	if want := "TripswitchAbsentWhileCircuitOpen TripswitchCircuitOpenTooLong TripswitchProbeFailingWhileClosed TripswitchRepeatedExternalChange"; strings.Join(alerts, " ") != want {
+	if want := "TripswitchAbsentWhileCircuitOpen TripswitchCircuitOpenTooLong TripswitchProbeFailingWhileClosed TripswitchRepeatedExternalChange TripswitchWriteBudgetExhausted"; strings.Join(alerts, " ") != want {
 		t.Fatalf("alerts %v, want %s", alerts, want)
 	}
 }

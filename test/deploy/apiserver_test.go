@@ -149,7 +149,7 @@ func (in *installed) cycle(ctx context.Context, kind v1alpha1.TargetKind, name s
 	if err != nil {
 		return err
 	}
-	w := circuit.Writer{Client: in.sa}
+	w := circuit.Writer{Client: in.sa, Budget: circuit.NoBudget{}}
 	rec, err := w.Open(ctx, cfg, "target.example.com", v1alpha1.CircuitRecord{
 		Breaker: "deploy-test", BreakerUID: "uid", Action: action, OpenedAt: metav1.Now(),
 	})

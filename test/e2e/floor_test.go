@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,8 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -193,13 +190,8 @@ func (hp *holdingProxy) holdNext(match func(*http.Request) bool) <-chan struct{}
 // kubeconfig is a kubeconfig that reaches the API server through hp.
 func (hp *holdingProxy) kubeconfig(t *testing.T) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: hp.url}
-	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
-	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
-	kc.CurrentContext = "proxy"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	path, err := testenv.ProxyKubeconfig(t.TempDir(), hp.url)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -36,16 +36,8 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		root, err := testenv.RepoRoot()
-		if err != nil {
+		if binary, err = testenv.BuildController(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		binary = filepath.Join(dir, "tripswitch")
-		build := exec.Command("go", "build", "-o", binary, "./cmd/tripswitch")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build controller: %v\n%s", err, out)
 			return 1
 		}
 		return m.Run()
