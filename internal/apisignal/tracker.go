@@ -96,6 +96,8 @@ type tracked struct {
 	// fromSeen is when Ensure first saw settings.From: reads that began
 	// before it may hold calls from before the trial.
 	fromSeen time.Time
+	// forgot is the start of the outage whose calls Forget last dropped.
+	forgot time.Time
 }
 
 // sample is one instance's cumulative counts at one read; at is when the
@@ -167,6 +169,30 @@ func (t *Tracker) Stop(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.tracked, name)
+}
+
+// Forget drops a breaker's calls counted so far when its outage, the one
+// that began at began, ended (once per outage: Forget again with the same
+// began does nothing).
+// The API server's counters hold calls the webhook failed before the
+// recovery that a read after it would count as failures in the window: the
+// signal would open the circuit again on the outage that just ended. The
+// next read, which Forget asks for at once, is the new baseline; only calls
+// after it count.
+func (t *Tracker) Forget(name string, began time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr, ok := t.tracked[name]
+	if !ok || tr.forgot.Equal(began) {
+		return
+	}
+	tr.forgot = began
+	clear(tr.series)
+	cur := tr.current()
+	cur.At = t.Clock.Now()
+	cur.Message = "counting the API server's calls afresh since the outage ended"
+	tr.last, tr.shown = cur, cur
+	t.kickLocked()
 }
 
 // Observe returns a breaker's signal as of the last scrape that changed its

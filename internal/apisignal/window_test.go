@@ -383,3 +383,49 @@ func TestATrialsStartIsReadAtOnce(t *testing.T) {
 		t.Fatal("no read at the trial's start: its baseline waits for the next tick (an hour)")
 	}
 }
+
+// TestForgetDropsTheCallsOfAnOutageThatEnded: the webhook failed 8 calls,
+// then recovered, and the outage ended before a read counted them all.
+// Without Forget the next read judges them as the window's (failing);
+// after it, they are the baseline, and only the calls that follow count.
+// A second Forget of the same outage does not drop the new calls.
+func TestForgetDropsTheCallsOfAnOutageThatEnded(t *testing.T) {
+	for _, forget := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forget=%v", forget), func(t *testing.T) {
+			a := &server{start: "1.8e+09", calls: 100}
+			p := &pool{next: a}
+			tr, clk := newTracker(t, p)
+			began := clk.Now()
+			tr.Scrape(context.Background())
+			a.calls, a.failing = 104, 4 // below the minimum of 10
+			clk.Step(time.Second)
+			tr.Scrape(context.Background())
+			if s := observe(t, tr); s.Failing || s.Calls != 4 {
+				t.Fatalf("mid-outage %+v, want 4 calls and no verdict", s)
+			}
+			a.calls, a.failing = 110, 10 // failed before the recovery, not read yet
+			if forget {
+				tr.Forget("b", began)
+			}
+			clk.Step(time.Second)
+			tr.Scrape(context.Background())
+			s := observe(t, tr)
+			if !forget {
+				if !s.Failing {
+					t.Fatalf("without Forget %+v: the outage's calls should be judged (that is the defect Forget prevents)", s)
+				}
+				return
+			}
+			if s.Failing || s.Calls != 0 {
+				t.Fatalf("after Forget %+v: the outage's calls were counted", s)
+			}
+			a.calls = 122 // 12 calls pass
+			tr.Forget("b", began)
+			clk.Step(time.Second)
+			tr.Scrape(context.Background())
+			if s := observe(t, tr); !s.Healthy() || s.Calls != 12 || s.Failures != 0 {
+				t.Fatalf("after the recovery %+v, want 12 passing calls", s)
+			}
+		})
+	}
+}

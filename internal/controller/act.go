@@ -303,6 +303,11 @@ type statusHeld struct {
 // policy.DetailOnly with the memory's detailWaits, deferReport).
 func (r *Reconciler) report(ctx context.Context, b *v1alpha1.WebhookCircuitBreaker, o policy.Outcome) (statusHeld, error) {
 	status := policy.NextStatus(b, o)
+	if w := b.Status.Outage; w != nil && status.Outage == nil {
+		// The outage is over: the API server's calls failed in it until
+		// now, and a read after this one would count them afresh.
+		r.Signals.Forget(b.Name, w.StartedAt.Time)
+	}
 	r.Metrics.SetStatus(b.Name, status)
 	r.Decisions.SetOpen(b.Name, status.State == v1alpha1.StateOpen)
 	now := r.Clock.Now()

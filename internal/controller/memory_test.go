@@ -62,6 +62,7 @@ func (s keptSignal) Ensure(key string, _ apisignal.Settings) error {
 func (s keptSignal) Stop(key string)                         { s.set(s.signalled, key, false) }
 func (s keptSignal) Observe(string) (apisignal.Status, bool) { return apisignal.Status{}, false }
 func (s keptSignal) Current(string) (apisignal.Status, bool) { return apisignal.Status{}, false }
+func (s keptSignal) Forget(string, time.Time)                {}
 
 type keptTargets struct{ *keepers }
 

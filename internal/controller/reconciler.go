@@ -146,6 +146,7 @@ func (noSignals) Ensure(string, apisignal.Settings) error                       
 func (noSignals) Stop(string)                                                                  {}
 func (noSignals) Observe(string) (apisignal.Status, bool)                                      { return apisignal.Status{}, false }
 func (noSignals) Current(string) (apisignal.Status, bool)                                      { return apisignal.Status{}, false }
+func (noSignals) Forget(string, time.Time)                                                     {}
 func (noEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // setDefaults puts no-op collaborators where none was given.
@@ -188,6 +189,9 @@ type SignalSource interface {
 	Observe(breaker string) (apisignal.Status, bool)
 	// Current is the signal as of the last read: a trial is judged on it.
 	Current(breaker string) (apisignal.Status, bool)
+	// Forget drops the calls counted so far once the outage that began at
+	// began ended: they are that outage's, not evidence of a new one.
+	Forget(breaker string, began time.Time)
 }
 
 // Reconcile reads a breaker and its target, decides, performs at most one

@@ -38,28 +38,7 @@ func TestAmbiguousSignalDoesNotOpenAlone(t *testing.T) { signalScenario(t, true)
 
 func signalScenario(t *testing.T, ambiguous bool) {
 	b := newBed(t)
-	hook, err := slowhook.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hook.Close() })
-	label := map[string]string{"tripswitch.test/signal": b.cfg}
-	// A webhook name of its own: the API server's metrics, and so the
-	// signal's ambiguity check, key webhooks by name across configurations,
-	// and every other test's webhook is called target.tripswitch.test.
-	hookName := b.cfg + ".signal.tripswitch.test"
-	b.createConfig(func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
-		w := &cfg.Webhooks[1]
-		w.Name = hookName
-		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/mutate"), CABundle: hook.CABundle}
-		w.Rules = []admissionregistrationv1.RuleWithOperations{{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
-		}}
-		w.ObjectSelector = &metav1.LabelSelector{MatchLabels: label}
-		w.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
-		w.TimeoutSeconds = ptr.To[int32](2)
-	})
+	hook, label, hookName := signalTarget(t, b)
 	name := b.cfg
 	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
 		wcb.Spec.Target.WebhookName = hookName
@@ -83,15 +62,7 @@ func signalScenario(t *testing.T, ambiguous bool) {
 
 	// The outage, as the API server lives it: every create fails to call the webhook.
 	hook.SetStatus(500)
-	called := 0
-	for i := 0; called < 12 && i < 600; i++ {
-		err := b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%d", b.cfg, i), Labels: label}})
-		if err != nil {
-			called++ // refused: the API server called the failing webhook
-		} else {
-			time.Sleep(50 * time.Millisecond) // it has not picked up the configuration yet
-		}
-	}
+	failingCreates(t, b, label, "a", 12)
 	b.clock.Step(time.Second)
 	tracker.Scrape(b.ctx)
 	b.health.set(name, probe.Unhealthy) // one failed probe: below the threshold of 3
@@ -184,5 +155,108 @@ func TestSignalWithoutPermissionIsADegradedCondition(t *testing.T) {
 	}
 	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v: the probes still work, the breaker can still act", ready)
+	}
+}
+
+// signalTarget makes b's configuration call a webhook server of its own
+// for creates of ConfigMaps labelled label, under failurePolicy Fail, with a
+// webhook name of its own: the API server's metrics, and so the signal's
+// ambiguity check, key webhooks by name across configurations, and every
+// other test's webhook is called target.tripswitch.test.
+func signalTarget(t *testing.T, b *bed) (*slowhook.Server, map[string]string, string) {
+	t.Helper()
+	hook, err := slowhook.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hook.Close() })
+	label := map[string]string{"tripswitch.test/signal": b.cfg}
+	hookName := b.cfg + ".signal.tripswitch.test"
+	b.createConfig(func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
+		w := &cfg.Webhooks[1]
+		w.Name = hookName
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/mutate"), CABundle: hook.CABundle}
+		w.Rules = []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+		}}
+		w.ObjectSelector = &metav1.LabelSelector{MatchLabels: label}
+		w.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+		w.TimeoutSeconds = ptr.To[int32](2)
+	})
+	return hook, label, hookName
+}
+
+// failingCreates creates ConfigMaps labelled label until n of them were
+// refused: the API server called the failing webhook n times.
+func failingCreates(t *testing.T, b *bed, label map[string]string, prefix string, n int) {
+	t.Helper()
+	called := 0
+	for i := 0; called < n; i++ {
+		if i == 600 {
+			t.Fatalf("the API server refused only %d of %d creates: it does not call the webhook", called, i)
+		}
+		err := b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%s-%d", b.cfg, prefix, i), Labels: label}})
+		if err != nil {
+			called++ // refused: the API server called the failing webhook
+		} else {
+			time.Sleep(50 * time.Millisecond) // it has not picked up the configuration yet
+		}
+	}
+}
+
+// TestTheSignalDoesNotReopenOnItsOutagesCalls: the probes open
+// the circuit; the webhook fails the API server's calls too, but the
+// signal has read too few of them to judge when the webhook recovers and
+// the probes close the circuit. The next read counts the calls the outage
+// failed (the signal reads every few seconds): they must not open the
+// circuit again after its recovery. One open and one close.
+func TestTheSignalDoesNotReopenOnItsOutagesCalls(t *testing.T) {
+	b := newBed(t)
+	hook, label, hookName := signalTarget(t, b)
+	name := b.cfg
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.Target.WebhookName = hookName
+		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
+		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
+	})
+	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
+	r := b.reconciler(b.c)
+	r.Signals = tracker
+	b.settle(r, name)
+	tracker.Scrape(b.ctx)
+
+	hook.SetStatus(500)
+	failingCreates(t, b, label, "a", 4) // read: below the minimum of 10 calls
+	b.clock.Step(time.Second)
+	tracker.Scrape(b.ctx)
+	b.drive(r, name, probe.Unhealthy)
+	got := b.getBreaker(name)
+	if got.Status.State != v1alpha1.StateOpen || got.Status.Outage == nil || got.Status.Outage.Evidence != v1alpha1.EvidenceProbes {
+		t.Fatalf("state %s outage %+v: want Open on the probes", got.Status.State, got.Status.Outage)
+	}
+	// 8 more calls fail in the outage, not read yet. The webhook is in the
+	// API server's path (it refused the creates above), so each create is
+	// a call: refused while the API server still has Fail, admitted once it
+	// has the Ignore of the open.
+	for i := range 8 {
+		_ = b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-b-%d", b.cfg, i), Labels: label}})
+	}
+	hook.SetStatus(0)
+	b.drive(r, name, probe.Healthy)
+	if got := b.getBreaker(name); got.Status.State != v1alpha1.StateClosed || got.Status.Outage != nil {
+		t.Fatalf("state %s outage %+v: want Closed on the healthy probes, the outage over", got.Status.State, got.Status.Outage)
+	}
+	b.clock.Step(time.Second)
+	tracker.Scrape(b.ctx)
+	b.settle(r, name)
+	got = b.getBreaker(name)
+	if got.Status.State != v1alpha1.StateClosed || len(got.Status.History) != 1 {
+		t.Fatalf("state %s history %+v apiServer %+v: the signal opened the circuit again on the calls of the outage that ended",
+			got.Status.State, got.Status.History, got.Status.APIServer)
 	}
 }

@@ -92,6 +92,7 @@ type seqCase struct {
 	owners  map[ownersim.Pattern]*ownersim.Owner
 	ca      int // the caBundle spelling owners write next
 	spec    v1alpha1.WebhookCircuitBreakerSpec
+	noTrial bool   // the operator turned the half-open trial off
 	faulty  string // the fault on now, "" when none
 	// episode is when the current episode began; edits are the breaker's
 	// edits (and re-creations) since, each a new instruction; recreated,
@@ -120,7 +121,9 @@ func (w *world) newCase(rt *rapid.T) *seqCase {
 	w.hook.SetStatus(0)
 	w.hook.SetDelay(0)
 	w.hook.SetReviewStatus(0)
-	w.gate.setReset(false)
+	if err := w.gate.set(gateOpen); err != nil {
+		rt.Fatal(err)
+	}
 	c.want = c.template()
 	c.hist = watchHistory(c.ctx, w.cs, name)
 	if err := w.env.Client.Create(c.ctx, c.want.DeepCopy(), client.FieldOwner("helm")); err != nil {
@@ -185,10 +188,11 @@ func (c *seqCase) template() *admissionregistrationv1.MutatingWebhookConfigurati
 }
 
 // normalize keeps c.spec valid: a half-open trial with Bypass and the
-// signal (their only combination), and none without.
+// signal (their only combination) unless the operator turned it off, and
+// none without.
 func (c *seqCase) normalize() {
 	c.spec.HalfOpen = nil
-	if c.spec.OpenAction == v1alpha1.OpenActionBypass && c.spec.APIServerSignal != nil {
+	if c.spec.OpenAction == v1alpha1.OpenActionBypass && c.spec.APIServerSignal != nil && !c.noTrial {
 		c.spec.HalfOpen = halfOpen()
 	}
 }
@@ -253,15 +257,16 @@ func (c *seqCase) step(rt *rapid.T, what string, args ...any) {
 }
 
 // fault makes the webhook fail one way: HTTP 500 everywhere, a 2 s delay
-// (past every timeout), its connections reset, or admission reviews alone
-// failing while /healthz passes (only the API server signal sees that).
+// (past every timeout), its connections reset or refused, or admission
+// reviews alone failing while /healthz passes (only the API server signal
+// sees that).
 func (c *seqCase) fault(rt *rapid.T) {
-	f := rapid.SampledFrom([]string{"500", "delay", "reset", "reviews"}).Draw(rt, "fault")
+	f := rapid.SampledFrom([]string{"500", "delay", "reset", "refused", "reviews"}).Draw(rt, "fault")
 	c.step(rt, "fault %s", f)
 	// The new fault first, then the old one off: in between, the webhook
 	// fails both ways, never neither (one healthy answer ends an outage).
 	h := c.w.hook
-	status, delay, reviews, reset := 0, time.Duration(0), 0, false
+	status, delay, reviews, gate := 0, time.Duration(0), 0, gateOpen
 	switch f {
 	case "500":
 		status = http.StatusInternalServerError
@@ -269,9 +274,11 @@ func (c *seqCase) fault(rt *rapid.T) {
 	case "delay":
 		delay = 2 * time.Second
 		h.SetDelay(delay)
-	case "reset":
-		reset = true
-		c.w.gate.setReset(true)
+	case "reset", "refused":
+		gate = map[string]gateMode{"reset": gateReset, "refused": gateRefuse}[f]
+		if err := c.w.gate.set(gate); err != nil {
+			rt.Fatal(err)
+		}
 	case "reviews":
 		reviews = http.StatusInternalServerError
 		h.SetReviewStatus(reviews)
@@ -279,7 +286,9 @@ func (c *seqCase) fault(rt *rapid.T) {
 	h.SetStatus(status)
 	h.SetDelay(delay)
 	h.SetReviewStatus(reviews)
-	c.w.gate.setReset(reset)
+	if err := c.w.gate.set(gate); err != nil {
+		rt.Fatal(err)
+	}
 	c.faulty = f
 	// Let the circuit open (or 5 s pass: it may not, in some modes or
 	// without the signal): what comes next should meet it open.
@@ -377,10 +386,10 @@ func (c *seqCase) adminEdit(rt *rapid.T) {
 }
 
 // editBreaker is an operator's edit of the breaker: its mode, its
-// openAction, the API server signal, or the breaker deleted (its finalizer
-// restores the webhook) and created again.
+// openAction, the API server signal, the half-open trial, or the breaker
+// deleted (its finalizer restores the webhook) and created again.
 func (c *seqCase) editBreaker(rt *rapid.T) {
-	edit := rapid.SampledFrom([]string{"mode", "openAction", "signal", "recreate"}).Draw(rt, "breakerEdit")
+	edit := rapid.SampledFrom([]string{"mode", "openAction", "signal", "halfOpen", "recreate"}).Draw(rt, "breakerEdit")
 	mode := rapid.SampledFrom([]v1alpha1.Mode{v1alpha1.ModeAuto, v1alpha1.ModeForceOpen, v1alpha1.ModeForceClosed, v1alpha1.ModeObserve}).Draw(rt, "mode")
 	c.step(rt, "breaker %s (mode %s)", edit, mode)
 	switch edit {
@@ -388,6 +397,8 @@ func (c *seqCase) editBreaker(rt *rapid.T) {
 		c.spec.Mode = mode
 	case "openAction":
 		c.spec.OpenAction = map[v1alpha1.OpenAction]v1alpha1.OpenAction{v1alpha1.OpenActionIgnore: v1alpha1.OpenActionBypass, v1alpha1.OpenActionBypass: v1alpha1.OpenActionIgnore}[c.spec.OpenAction]
+	case "halfOpen":
+		c.noTrial = !c.noTrial
 	case "signal":
 		if c.spec.APIServerSignal != nil {
 			c.spec.APIServerSignal = nil
@@ -438,7 +449,9 @@ func (c *seqCase) recover(rt *rapid.T) {
 	h.SetStatus(0)
 	h.SetDelay(0)
 	h.SetReviewStatus(0)
-	c.w.gate.setReset(false)
+	if err := c.w.gate.set(gateOpen); err != nil {
+		rt.Fatal(err)
+	}
 	c.faulty = ""
 	if c.spec.Mode != "" && c.spec.Mode != v1alpha1.ModeAuto {
 		c.spec.Mode = v1alpha1.ModeAuto

@@ -271,26 +271,41 @@ func (h *history) upTo(cutoff time.Time) []version {
 	return out
 }
 
-// gate is a TCP proxy in front of the webhook: it passes connections, or
-// resets each at once (an outage the API server and the probes see as a
-// reset connection). Turning the reset on also resets the connections it
-// is passing: a kept-alive connection would otherwise still reach the
-// webhook, and one healthy answer ends an outage.
+// gate is a TCP proxy in front of the webhook. It passes connections,
+// resets each at once, or is not there at all (connections refused): the
+// outages the API server and the probes see as a reset or a refused
+// connection. Either fault also resets the connections it is passing: a
+// kept-alive connection would otherwise still reach the webhook, and one
+// healthy answer ends an outage.
 type gate struct {
-	addr  string
-	ln    net.Listener
-	reset atomic.Bool
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	live  map[net.Conn]struct{}
+	addr, target string
+	wg           sync.WaitGroup
+	mu           sync.Mutex
+	mode         gateMode
+	ln           net.Listener // nil while refusing
+	live         map[net.Conn]struct{}
 }
+
+type gateMode int
+
+const (
+	gateOpen gateMode = iota
+	gateReset
+	gateRefuse
+)
 
 func startGate(target string) (*gate, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{addr: ln.Addr().String(), ln: ln, live: map[net.Conn]struct{}{}}
+	g := &gate{addr: ln.Addr().String(), target: target, live: map[net.Conn]struct{}{}}
+	g.serve(ln)
+	return g, nil
+}
+
+func (g *gate) serve(ln net.Listener) {
+	g.ln = ln
 	g.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -298,7 +313,7 @@ func startGate(target string) (*gate, error) {
 				return
 			}
 			g.mu.Lock()
-			if g.reset.Load() {
+			if g.mode != gateOpen {
 				g.mu.Unlock()
 				abort(c)
 				continue
@@ -306,27 +321,39 @@ func startGate(target string) (*gate, error) {
 			g.live[c] = struct{}{}
 			g.mu.Unlock()
 			go func() {
-				pipe(c, target)
+				pipe(c, g.target)
 				g.mu.Lock()
 				delete(g.live, c)
 				g.mu.Unlock()
 			}()
 		}
 	})
-	return g, nil
 }
 
-// setReset turns the resets on or off; on, it resets every connection
-// open now as well.
-func (g *gate) setReset(on bool) {
+// set puts the gate in mode m: a fault resets every connection open now,
+// refusing closes the listener, and leaving it listens again on the same
+// address.
+func (g *gate) set(m gateMode) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.reset.Store(on)
-	if on {
+	g.mode = m
+	if m != gateOpen {
 		for c := range g.live {
 			abort(c)
 		}
 	}
+	switch {
+	case m == gateRefuse && g.ln != nil:
+		_ = g.ln.Close()
+		g.ln = nil
+	case m != gateRefuse && g.ln == nil:
+		ln, err := net.Listen("tcp", g.addr)
+		if err != nil {
+			return fmt.Errorf("the webhook's gate cannot listen again on %s: %w", g.addr, err)
+		}
+		g.serve(ln)
+	}
+	return nil
 }
 
 // abort closes c with a TCP reset rather than a FIN.
@@ -351,7 +378,13 @@ func pipe(c net.Conn, target string) {
 }
 
 func (g *gate) close() {
-	_ = g.ln.Close()
+	g.mu.Lock()
+	if g.ln != nil {
+		_ = g.ln.Close()
+		g.ln = nil
+	}
+	g.mode = gateRefuse
+	g.mu.Unlock()
 	g.wg.Wait()
 }
 
