@@ -29,7 +29,7 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTR
 # requires a running one, skip leaves test/cluster out and says so.
 CLUSTER              ?= auto
 
-.PHONY: all help tools helm test test-short test-e2e adversary test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
+.PHONY: all help tools helm test test-short test-e2e test-versions adversary test-cluster cluster-tools cluster cluster-down cluster-images cluster-sample cluster-sample-down demo-cluster lint generate verify build release demo run bench harness
 
 # The end-to-end packages of the test module: the controller as a process,
 # Helm and kustomize installs, failover. They take most of `make test`'s time.
@@ -39,7 +39,7 @@ all: lint test
 
 ## help: list the targets, one line each
 help:
-	@grep -hE '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^## [a-z0-9-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' -e 's/: /\t/' | awk -F'\t' '{printf "  %-14s %s\n", $$1, $$2}'
 
 ## tools: build kube-apiserver and etcd from Go modules into bin/k8s (cached by version; KUBE_VERSION=vX.Y.Z for another release)
 tools:
@@ -49,10 +49,12 @@ tools:
 helm:
 	@hack/tools/build-helm.sh
 
-## test: build the control plane if needed, then run every test of every module with the race detector, test/cluster on `make cluster` (CLUSTER=skip: without it)
+## test: build the control plane if needed, then run every test of every module with the race detector, the compatibility suite on the oldest supported Kubernetes, test/cluster on `make cluster` (CLUSTER=skip: without it)
 test: tools
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(ROOT_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 	@set -e; for m in $(DEV_MODULES); do echo "== module $$m"; (cd $$m && KUBEBUILDER_ASSETS=$(ASSETS) go test -race -timeout $(DEV_TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/cluster)); done
+	@echo "== the compatibility suite on the oldest supported Kubernetes (every test above ran on $(KUBE_VERSION))"
+	go run ./hack/compat -releases oldest -check-table docs/install.md
 	@$(MAKE) --no-print-directory test-cluster
 	@set -e; for m in $(LIB_MODULES); do echo "== module $$m"; (cd $$m && go test -race $(GO_TEST_FLAGS) ./...); done
 	@echo "== module breaker, without the race detector (its timings and 10,000-goroutine tests)"; cd breaker && go test $(GO_TEST_FLAGS) ./...
@@ -76,6 +78,10 @@ SEED  ?= 0
 adversary: tools
 	cd test && KUBEBUILDER_ASSETS=$(ASSETS) RAPID_CHECKS=$(SEEDS) RAPID_STEPS=$(STEPS) RAPID_SEED=$(SEED) RAPID_SHRINKTIME=30m \
 		go test -count=1 -timeout 12h -run TestAdversary -v ./adversary/
+
+## test-versions: the compatibility suite on every Kubernetes minor from the oldest supported to KUBE_VERSION (builds each control plane not cached, ~3.5 min each; then ~3 min of checks each on 2 cores; writes docs/install.md's table)
+test-versions:
+	go run ./hack/compat -releases all -table docs/install.md
 
 ## test-cluster: test/cluster on the local cluster (CLUSTER=auto brings one up and takes it down after; use: a running one; skip: say so and pass)
 test-cluster: cluster-tools helm

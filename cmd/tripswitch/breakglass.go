@@ -170,14 +170,15 @@ func runRestore(args []string, out io.Writer) error {
 	return nil
 }
 
-const standdownUsage = `Usage: tripswitch standdown [--kubeconfig PATH] --namespace NS [--deployment NAME] [--lease NAME] [--timeout D] [--force]
+const standdownUsage = `Usage: tripswitch standdown [--kubeconfig PATH] --namespace NS [--deployment NAME] [--lease NAME] [--timeout D] [--force] [--by WHO]
 
 Run before uninstalling (the Helm chart runs it as a pre-delete hook): scales
 the controller's Deployment to 0, waits until no replica holds the leader
-Lease, restores every breaker's circuit from its record and removes every
-breaker's finalizer, so deleting the controller, its RBAC and the breakers
-together leaves no webhook failed open and nothing stuck. Fails, naming the
-breaker, when a circuit cannot be restored.
+Lease, restores every breaker's circuit from its record, removes every
+breaker's finalizer and then deletes the Lease, so deleting the controller,
+its RBAC and the breakers together leaves no webhook failed open and nothing
+stuck. Fails, naming the breaker, when a circuit cannot be restored; the
+Lease then stays.
 
 Without --deployment it stops the one Deployment in the namespace labelled
 app.kubernetes.io/name=tripswitch,app.kubernetes.io/component=controller (a
@@ -198,6 +199,7 @@ func runStanddown(args []string, out io.Writer) error {
 	lease := fs.String("lease", "tripswitch.dev", "the controller's leader-election Lease")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the leader to let go of the Lease")
 	force := fs.Bool("force", false, "restore and release the breakers even when no controller Deployment is found (it is already gone)")
+	by := fs.String("by", "tripswitch standdown", "who runs the stand-down, named in each restored breaker's status (the chart's pre-delete hook passes \"helm uninstall\")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -216,5 +218,5 @@ func runStanddown(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+5*time.Minute)
 	defer cancel()
-	return breakglass.StandDown{Client: c, Namespace: *namespace, Deployment: *deployment, Lease: *lease, Timeout: *timeout, Force: *force, Log: out}.Run(ctx)
+	return breakglass.StandDown{Client: c, Namespace: *namespace, Deployment: *deployment, Lease: *lease, Timeout: *timeout, Force: *force, By: *by, Log: out}.Run(ctx)
 }

@@ -233,3 +233,28 @@ func TestBuildFilesReadThePins(t *testing.T) {
 		}
 	}
 }
+
+// docs/install.md's compatibility table (written by `make test-versions`)
+// has a column for each release of the matrix, and no other: a pin changed
+// without running the suite again fails here.
+func TestInstallTableIsTheMatrix(t *testing.T) {
+	doc := read(t, "docs/install.md")
+	i, j := strings.Index(doc, "<!-- compat:"), strings.Index(doc, "<!-- /compat -->")
+	if i < 0 || j < i {
+		t.Fatal("docs/install.md: no compatibility table")
+	}
+	for _, line := range strings.Split(doc[i:j], "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		var got []string
+		for _, cell := range strings.Split(strings.Trim(line, "|"), "|")[1:] {
+			got = append(got, strings.TrimSpace(cell))
+		}
+		if !slices.Equal(got, KubeMatrix()) {
+			t.Errorf("docs/install.md's table tests %v; hack/versions/versions.env's matrix is %v: run make test-versions", got, KubeMatrix())
+		}
+		return
+	}
+	t.Error("docs/install.md's compatibility table is empty: run make test-versions")
+}

@@ -132,6 +132,22 @@ var ErrRefused = errors.New("refused")
 // an error matching ErrRefused, when the record is unreadable or what
 // tripswitch set was changed by someone else.
 func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config, webhook string) error {
+	return restore(ctx, c, kind, config, webhook, breakGlass)
+}
+
+// restorer is who restored a circuit, as the breaker's status says it.
+type restorer struct {
+	// reason closes the window and is CircuitOpen's and Ready's reason.
+	reason string
+	// by completes "restored by ...".
+	by string
+}
+
+// breakGlass is `tripswitch restore`.
+var breakGlass = restorer{reason: CloseReason, by: "a break-glass restore (tripswitch restore)"}
+
+// restore is Restore, recorded on the breaker as by's.
+func restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, config, webhook string, by restorer) error {
 	var restored *v1alpha1.CircuitRecord
 	var ref string
 	// A concurrent writer makes the patch stale: read again.
@@ -166,7 +182,7 @@ func Restore(ctx context.Context, c client.Client, kind v1alpha1.TargetKind, con
 	case err != nil:
 		return err
 	}
-	recorded := closeWindow(ctx, c, restored, ref)
+	recorded := closeWindow(ctx, c, restored, ref, by)
 	if err := syncFloor(ctx, c, restored.Breaker, floor.WantInert); err != nil {
 		return fmt.Errorf("%w: restored %s, but its fallback policy is still armed (stricter, never looser; the controller disarms it when it returns): %w", ErrNotRecorded, ref, err)
 	}
@@ -214,6 +230,11 @@ var ErrNotRecorded = errors.New("not recorded")
 // closed its circuit.
 const CloseReason = v1alpha1.ReasonBreakGlassRestore
 
+// StandDownReason closes a breaker's open window when the stand-down before
+// an uninstall (`tripswitch standdown`, which the chart's pre-delete hook
+// runs) closed its circuit.
+const StandDownReason = "StandDown"
+
 // closeWindow records the restore on the breaker that owns the record, if it
 // still exists: its last open window closes now, with CloseReason, the
 // status no longer mirrors a record, and its state and conditions say the
@@ -221,7 +242,7 @@ const CloseReason = v1alpha1.ReasonBreakGlassRestore
 // would otherwise only see that the record is gone, not when or why, and
 // until then `kubectl get wcb` would still say Open. The restore itself is
 // done by then; failing to record it is reported, not undone.
-func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitRecord, ref string) error {
+func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitRecord, ref string, by restorer) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var b v1alpha1.WebhookCircuitBreaker
 		err := c.Get(ctx, client.ObjectKey{Name: rec.Breaker}, &b)
@@ -232,7 +253,7 @@ func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitReco
 			return err
 		}
 		base := b.DeepCopy()
-		restoredStatus(&b, rec, metav1.Now())
+		restoredStatus(&b, rec, metav1.Now(), by)
 		if equality.Semantic.DeepEqual(base.Status, b.Status) {
 			return nil
 		}
@@ -248,15 +269,15 @@ func closeWindow(ctx context.Context, c client.Client, rec *v1alpha1.CircuitReco
 }
 
 // restoredStatus makes b's status say that the circuit rec recorded was
-// closed by a break-glass restore at now, if the status showed it: its
-// window closes with CloseReason, the mirrored record goes, the state
-// becomes Closed, CircuitOpen turns False and Ready Unknown (with
-// CloseReason), since only the controller can tell whether it could open
-// and close the webhook again; its next look sets both.
-func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitRecord, now metav1.Time) {
+// closed by the restorer by at now, if the status showed it: its window
+// closes with by's reason, the mirrored record goes, the state becomes
+// Closed, CircuitOpen turns False and Ready Unknown (with that reason),
+// since only the controller can tell whether it could open and close the
+// webhook again; its next look sets both.
+func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitRecord, now metav1.Time, by restorer) {
 	s := &b.Status
 	shown := s.State == v1alpha1.StateOpen
-	if n := len(s.History); n > 0 && s.History[n-1].OpenedAt.Equal(&rec.OpenedAt) && s.CloseLast(now, CloseReason) {
+	if n := len(s.History); n > 0 && s.History[n-1].OpenedAt.Equal(&rec.OpenedAt) && s.CloseLast(now, by.reason) {
 		shown = true
 	}
 	if s.Record != nil && s.Record.OpenedAt.Equal(&rec.OpenedAt) {
@@ -276,9 +297,9 @@ func restoredStatus(b *v1alpha1.WebhookCircuitBreaker, rec *v1alpha1.CircuitReco
 	}
 	at := now.UTC().Format(time.RFC3339)
 	for _, c := range []metav1.Condition{
-		{Type: v1alpha1.ConditionCircuitOpen, Status: metav1.ConditionFalse, Reason: CloseReason,
-			Message: "restored by a break-glass restore (tripswitch restore) at " + at + ": tripswitch holds no change on the webhook"},
-		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionUnknown, Reason: CloseReason,
+		{Type: v1alpha1.ConditionCircuitOpen, Status: metav1.ConditionFalse, Reason: by.reason,
+			Message: "restored by " + by.by + " at " + at + ": tripswitch holds no change on the webhook"},
+		{Type: v1alpha1.ConditionReady, Status: metav1.ConditionUnknown, Reason: by.reason,
 			Message: "the circuit was restored without the controller at " + at + "; whether tripswitch can open and close it again is the controller's to say when it next looks"},
 	} {
 		c.ObservedGeneration, c.LastTransitionTime = b.Generation, now

@@ -51,7 +51,13 @@ var ErrNoController = errors.New("no controller Deployment found")
 //     controller's own one-patch protocol;
 //  4. every breaker's finalizer is removed, so deleting it completes without
 //     a controller; a breaker that outlives the uninstall holds nothing, and
-//     a controller installed again adds the finalizer back.
+//     a controller installed again adds the finalizer back;
+//  5. once every breaker is released, the Lease is deleted (if no replica
+//     took it meanwhile): a Lease found later in the namespace then means a
+//     controller has led since the last stand-down.
+//
+// Each restored breaker's status says the stand-down restored it, and who
+// ran it (By), with reason StandDownReason.
 //
 // A circuit that cannot be restored (someone changed what tripswitch set,
 // or its configuration may not be read) keeps its breaker's finalizer, and
@@ -72,6 +78,10 @@ type StandDown struct {
 	// Deployment was found (the controller is already gone). It does not
 	// override a Lease that a replica still renews.
 	Force bool
+	// By names who runs the stand-down, for the restored breakers' status:
+	// "the stand-down before an uninstall (By)"; empty is
+	// "tripswitch standdown" (the chart's hook says helm uninstall).
+	By string
 	// Log receives one line per thing done.
 	Log io.Writer
 	// Now is the clock for the Lease's expiry; nil is time.Now.
@@ -98,7 +108,8 @@ func (s StandDown) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.waitForLease(ctx, now, deployment); err != nil {
+	lease, err := s.waitForLease(ctx, now, deployment)
+	if err != nil {
 		return err
 	}
 
@@ -128,6 +139,36 @@ func (s StandDown) Run(ctx context.Context) error {
 		return fmt.Errorf("stand down: %d of %d breakers not released (their finalizers stay; fix each and run again): %w",
 			len(errs), len(breakers.Items), errors.Join(errs...))
 	}
+	return s.deleteLease(ctx, lease)
+}
+
+// restorer is who the restored breakers' status names.
+func (s StandDown) restorer() restorer {
+	by := s.By
+	if by == "" {
+		by = "tripswitch standdown"
+	}
+	return restorer{reason: StandDownReason, by: "the stand-down before an uninstall (" + by + ")"}
+}
+
+// deleteLease deletes the Lease waitForLease last saw (nil: there was
+// none), on condition that it is still that version: a replica that took
+// it since leads, and the error says so.
+func (s StandDown) deleteLease(ctx context.Context, l *coordinationv1.Lease) error {
+	if l == nil {
+		return nil
+	}
+	err := s.Client.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("stand down: every circuit is restored, but lease %s/%s changed since no replica held it: is another tripswitch running in %s? %w",
+			s.Namespace, s.Lease, s.Namespace, err)
+	case err != nil:
+		return fmt.Errorf("stand down: every circuit is restored, but lease %s/%s could not be deleted: %w", s.Namespace, s.Lease, err)
+	}
+	fmt.Fprintf(s.Log, "deleted lease %s/%s\n", s.Namespace, s.Lease)
 	return nil
 }
 
@@ -204,18 +245,20 @@ func (s StandDown) scaleToZero(ctx context.Context, name string) error {
 	return nil
 }
 
-// waitForLease returns once no replica can be leader: the Lease is gone,
-// released (no holder) or past its duration since the last renewal.
+// waitForLease returns once no replica can be leader: the Lease is gone
+// (nil), released (no holder) or past its duration since the last renewal.
 // deployment is the one scaled to zero, empty when none was.
-func (s StandDown) waitForLease(ctx context.Context, now func() time.Time, deployment string) error {
+func (s StandDown) waitForLease(ctx context.Context, now func() time.Time, deployment string) (*coordinationv1.Lease, error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
 	var last, said string
+	var seen *coordinationv1.Lease
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var l coordinationv1.Lease
 		err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Lease}, &l)
+		seen = nil
 		switch {
 		case apierrors.IsNotFound(err):
 			said = fmt.Sprintf("lease %s/%s does not exist: no replica leads", s.Namespace, s.Lease)
@@ -223,6 +266,7 @@ func (s StandDown) waitForLease(ctx context.Context, now func() time.Time, deplo
 		case err != nil:
 			return false, fmt.Errorf("get lease %s/%s: %w", s.Namespace, s.Lease, err)
 		}
+		seen = &l
 		holder := ""
 		if l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
@@ -241,11 +285,11 @@ func (s StandDown) waitForLease(ctx context.Context, now func() time.Time, deplo
 		if deployment != "" {
 			stopped = fmt.Sprintf("deployment %s/%s stays at 0 replicas", s.Namespace, deployment)
 		}
-		return fmt.Errorf("stand down: a replica still leads after %v (lease %s/%s %s): is another tripswitch Deployment running in %s? No circuit was restored and no breaker released; %s: %w",
+		return nil, fmt.Errorf("stand down: a replica still leads after %v (lease %s/%s %s): is another tripswitch Deployment running in %s? No circuit was restored and no breaker released; %s: %w",
 			timeout, s.Namespace, s.Lease, last, s.Namespace, stopped, err)
 	}
 	fmt.Fprintln(s.Log, said)
-	return nil
+	return seen, nil
 }
 
 // released is what release did to one breaker.
@@ -262,7 +306,7 @@ func (s StandDown) release(ctx context.Context, b *v1alpha1.WebhookCircuitBreake
 		return r, nil
 	}
 	t := b.Spec.Target
-	err := Restore(ctx, s.Client, t.Kind, t.ConfigurationName, t.WebhookName)
+	err := restore(ctx, s.Client, t.Kind, t.ConfigurationName, t.WebhookName, s.restorer())
 	switch {
 	case errors.Is(err, ErrNotRecorded):
 		fmt.Fprintf(s.Log, "breaker %s: %v\n", b.Name, err)

@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,14 +21,17 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
+	"github.com/tripswitch-dev/tripswitch/internal/circuit"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
 
 // TestStandDown: the controller's Deployment is scaled to zero, the stand
 // down waits for the leader's Lease to expire (its holder never releases
-// it, as after a crash), restores the intact circuit, releases every
-// breaker it can, and fails naming the one whose circuit someone changed,
-// whose finalizer stays.
+// it, as after a crash), restores the intact circuit (its status says the
+// stand-down did, run by helm uninstall, not a break-glass restore),
+// releases every breaker it can, and fails naming the one whose circuit
+// someone changed, whose finalizer stays, and so does the Lease. Once that
+// is fixed, the stand-down run again succeeds and deletes the Lease.
 func TestStandDown(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDs: true, AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme}})
 	ctx, c := t.Context(), env.Client
@@ -81,6 +86,14 @@ func TestStandDown(t *testing.T) {
 	}
 	original := webhooksJSON(t, c, "sd-intact")
 	open(t, c, v1alpha1.MutatingWebhookConfiguration, "sd-intact", "target.example.com", v1alpha1.OpenActionBypass, "intact", uids["intact"])
+	var intact v1alpha1.WebhookCircuitBreaker
+	if err := c.Get(ctx, client.ObjectKey{Name: "intact"}, &intact); err != nil {
+		t.Fatal(err)
+	}
+	intact.Status.State = v1alpha1.StateOpen // as the controller showed it
+	if err := c.Status().Update(ctx, &intact); err != nil {
+		t.Fatal(err)
+	}
 	open(t, c, v1alpha1.MutatingWebhookConfiguration, "sd-altered", "target.example.com", v1alpha1.OpenActionIgnore, "altered", uids["altered"])
 	var altered admissionregistrationv1.MutatingWebhookConfiguration
 	if err := c.Get(ctx, client.ObjectKey{Name: "sd-altered"}, &altered); err != nil {
@@ -92,7 +105,8 @@ func TestStandDown(t *testing.T) {
 	}
 
 	var log bytes.Buffer
-	err := breakglass.StandDown{Client: c, Namespace: ns, Deployment: "tripswitch", Lease: "tripswitch.dev", Timeout: time.Minute, Log: &log}.Run(ctx)
+	sd := breakglass.StandDown{Client: c, Namespace: ns, Deployment: "tripswitch", Lease: "tripswitch.dev", Timeout: time.Minute, By: "helm uninstall", Log: &log}
+	err := sd.Run(ctx)
 	t.Logf("stand down said:\n%s", log.String())
 	if err == nil || !strings.Contains(err.Error(), "breaker altered") || !strings.Contains(err.Error(), "someone changed") ||
 		!strings.Contains(err.Error(), "1 of 4 breakers not released") {
@@ -115,6 +129,36 @@ func TestStandDown(t *testing.T) {
 		if len(b.Finalizers) != want {
 			t.Errorf("breaker %s has finalizers %v, want %d", name, b.Finalizers, want)
 		}
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "intact"}, &intact); err != nil {
+		t.Fatal(err)
+	}
+	restored := meta.FindStatusCondition(intact.Status.Conditions, v1alpha1.ConditionCircuitOpen)
+	if intact.Status.State != v1alpha1.StateClosed || restored == nil || restored.Reason != breakglass.StandDownReason ||
+		!strings.HasPrefix(restored.Message, "restored by the stand-down before an uninstall (helm uninstall) at ") {
+		t.Errorf("the restored breaker's status: state %s, CircuitOpen %+v; want Closed, reason %s, restored by the stand-down (helm uninstall)",
+			intact.Status.State, restored, breakglass.StandDownReason)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+		t.Fatalf("a stand-down that failed deleted the Lease (%v): it must stay until every breaker is released", err)
+	}
+
+	// The operator takes the altered circuit as it is: its record goes.
+	if err := c.Get(ctx, client.ObjectKey{Name: "sd-altered"}, &altered); err != nil {
+		t.Fatal(err)
+	}
+	delete(altered.Annotations, circuit.AnnotationKey("target.example.com"))
+	if err := c.Update(ctx, &altered); err != nil {
+		t.Fatal(err)
+	}
+	log.Reset()
+	err = sd.Run(ctx)
+	t.Logf("stand down, run again, said:\n%s", log.String())
+	if err != nil {
+		t.Fatalf("stand down once every circuit can be released: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(lease), lease); !apierrors.IsNotFound(err) {
+		t.Fatalf("after a stand-down that released every breaker, get lease: %v; want NotFound (a Lease must mean a controller led since)", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -158,6 +162,15 @@ func TestFloorOnTheAPIServer(t *testing.T) {
 		{v1alpha1.MutatingAdmissionPolicy, mp, mpb, labels, unlabelled},
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
+			if !served(t, env, tc.kind) {
+				// An older release: the floor says so, plainly, and that is all.
+				_, err := w.Read(ctx, v1alpha1.FallbackPolicy{Kind: tc.kind, Name: tc.policy.GetName()})
+				if !errors.Is(err, floor.ErrNotServed) || !strings.Contains(err.Error(), "served there from Kubernetes "+floor.ServedFrom(tc.kind)) {
+					t.Fatalf("read a %s where it is not served: %v; want ErrNotServed, naming the release that serves it", tc.kind, err)
+				}
+				t.Logf("%s is not served here: %v", tc.kind, err)
+				return
+			}
 			if err := env.Client.Create(ctx, tc.policy); err != nil {
 				t.Fatal(err)
 			}
@@ -253,6 +266,31 @@ func TestFloorOnTheAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// served reports whether the API server serves kind at
+// admissionregistration.k8s.io/v1, and checks that it does exactly from the
+// release floor.ServedFrom names.
+func served(t *testing.T, env *testenv.Env, kind v1alpha1.FallbackPolicyKind) bool {
+	t.Helper()
+	_, mapErr := env.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: admissionregistrationv1.GroupName, Kind: string(kind)}, "v1")
+	if mapErr != nil && !meta.IsNoMatchError(mapErr) {
+		t.Fatalf("discover %s: %v", kind, mapErr)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, _ := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	from, _ := strconv.Atoi(strings.TrimPrefix(floor.ServedFrom(kind), "1."))
+	if got, want := mapErr == nil, minor >= from; got != want {
+		t.Fatalf("%s served by %s: %v; floor.ServedFrom says from %s", kind, v.GitVersion, got, floor.ServedFrom(kind))
+	}
+	return minor >= from
 }
 
 // TestFloorAdoptsAPolicyWrittenInert: a policy the operator wrote with

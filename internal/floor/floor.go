@@ -65,6 +65,10 @@ var (
 	ErrExternalChange = errors.New("fallback policy's condition was changed by someone else")
 	// ErrTooManyConditions means the policy has no room for the condition.
 	ErrTooManyConditions = errors.New("fallback policy has the maximum number of matchConditions")
+	// ErrNotServed means the API server does not serve the policy's kind at
+	// admissionregistration.k8s.io/v1 (MutatingAdmissionPolicy before the
+	// Kubernetes release that made it GA): the floor cannot be armed there.
+	ErrNotServed = errors.New("this API server does not serve the fallback policy's kind at admissionregistration.k8s.io/v1")
 )
 
 // Owner is the breaker a floor belongs to.

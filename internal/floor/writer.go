@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,9 +34,25 @@ func (w Writer) Read(ctx context.Context, fp v1alpha1.FallbackPolicy) (*Policy, 
 		reader = w.Reader
 	}
 	if err := reader.Get(ctx, types.NamespacedName{Name: fp.Name}, obj); err != nil {
+		if meta.IsNoMatchError(err) {
+			// Said plainly: the kind's absence is the cluster's version, not
+			// a missing policy or a missing permission.
+			return nil, fmt.Errorf("whileOpen.fallbackPolicy %s %s: %w (%s is served there from Kubernetes %s; use a ValidatingAdmissionPolicy, or upgrade): %w",
+				fp.Kind, fp.Name, ErrNotServed, fp.Kind, ServedFrom(fp.Kind), err)
+		}
 		return nil, fmt.Errorf("read whileOpen.fallbackPolicy %s %s: %w", fp.Kind, fp.Name, err)
 	}
 	return View(obj)
+}
+
+// ServedFrom is the first Kubernetes minor release ("1.36") that serves
+// kind at admissionregistration.k8s.io/v1 by default; TestFloorOnTheAPIServer
+// checks it on every release the compatibility suite runs it on.
+func ServedFrom(kind v1alpha1.FallbackPolicyKind) string {
+	if kind == v1alpha1.MutatingAdmissionPolicy {
+		return "1.36"
+	}
+	return "1.30"
 }
 
 // Arm arms the floor (see ArmPatch). It reports whether it wrote; a floor

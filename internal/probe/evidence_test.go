@@ -455,3 +455,75 @@ func TestABlockedProbeCountsConfirmedSilence(t *testing.T) {
 		}
 	}
 }
+
+// timeoutsOnCue is a prober that answers healthy except for the probes the
+// test queues as timeouts, one each.
+type timeoutsOnCue struct {
+	mu      sync.Mutex
+	pending int
+}
+
+func (p *timeoutsOnCue) queue() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending++
+}
+
+func (p *timeoutsOnCue) Probe(context.Context, probe.Target) probe.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending > 0 {
+		p.pending--
+		return probe.Result{Status: probe.Unhealthy, TimedOut: true, Reason: "timeout after 250ms"}
+	}
+	return probe.Result{Status: probe.Healthy, Reason: "200"}
+}
+
+// TestOneStallIsNotStarvation: a probe discarded for one stall, such as the
+// 70 ms a new leader's start-up took (a ControllerStarved Warning followed
+// every leader change), is not starvation; nor are two in a minute, nor
+// one every 40 s. Three within a minute are, and Starved holds until a
+// minute after the last.
+func TestOneStallIsNotStarvation(t *testing.T) {
+	p := &timeoutsOnCue{}
+	h := start(t, p)
+	meter := &stalls{}
+	meter.d.Store(int64(70 * time.Millisecond)) // of a 250 ms timeout: every timeout is discarded
+	h.mon.Stalls = meter
+	h.mon.Ensure("b", settings)
+	discard := func(n int) probe.Observation {
+		t.Helper()
+		p.queue()
+		o := h.tickUntil("b", probe.Discarded)
+		if o.Last.Discard != probe.DiscardStarved {
+			t.Fatalf("discarded %s %q, want Starved", o.Last.Discard, o.Last.Reason)
+		}
+		h.tickUntil("b", probe.Healthy)
+		o, _ = h.mon.Observe("b")
+		return o
+	}
+	if o := discard(1); o.Starved {
+		t.Fatalf("one probe discarded for a 70 ms stall at start-up: Starved; want not (one stall is no starvation)")
+	}
+	if o := discard(2); o.Starved {
+		t.Fatalf("two discarded within a minute: Starved; want not yet")
+	}
+	if o := discard(3); !o.Starved {
+		t.Fatalf("three discarded within a minute: not Starved")
+	}
+	h.tick("b", 50*time.Second)
+	if o, _ := h.mon.Observe("b"); !o.Starved {
+		t.Fatalf("about 51 s after the last starved probe: no longer Starved; want it to hold a minute")
+	}
+	h.tick("b", 10*time.Second)
+	if o, _ := h.mon.Observe("b"); o.Starved {
+		t.Fatalf("a minute after the last starved probe: still Starved")
+	}
+	for i := range 4 {
+		p.queue()
+		h.tick("b", 40*time.Second)
+		if o, _ := h.mon.Observe("b"); o.Starved {
+			t.Fatalf("one starved probe every 40 s (the %d-th): Starved; want not", i+1)
+		}
+	}
+}

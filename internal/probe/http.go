@@ -249,16 +249,9 @@ type PauseMeter interface {
 // request still not written when its time is up is left to the monitor's
 // judgement of the controller's stalls.
 func (p *HTTPProber) confirm(ctx context.Context, o overdue) Result {
-	d, f, answered, early, t, uid := o.d, o.f, o.answered, o.early, o.t, o.uid
-	timeout, late := t.Timeout, overrun(ctx)
-	limit := time.Now().Add(2 * timeout)
-	// Pauses within the probe's own window may have delayed the request's
-	// dial, handshake or write: they extend the webhook's time. Later ones
-	// do not (its time runs on; only reading the answer waits for them).
-	due := f.since.Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && p.Pauses != nil {
-		due = due.Add(p.Pauses.Paused(f.since, dl))
-	}
+	c := &confirmation{overdue: o, timeout: o.t.Timeout, late: overrun(ctx)}
+	c.limit = time.Now().Add(2 * c.timeout)
+	c.due = p.webhookDue(ctx, o.f, c.timeout)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -266,83 +259,132 @@ func (p *HTTPProber) confirm(ctx context.Context, o overdue) Result {
 		}
 	}()
 	for {
-		if early == nil {
+		if c.early == nil {
 			// An answer waiting is seen before the probe judges none came.
 			select {
-			case a := <-answered:
-				early = &a
+			case a := <-c.answered:
+				c.early = &a
 			default:
 			}
 		}
-		// When the kernel's silence may be judged: the webhook had its whole
-		// timeout from the write.
-		dueWire := due
-		wroteAt, marked := f.written()
-		if marked && wroteAt.Add(timeout).After(dueWire) {
-			dueWire = wroteAt.Add(timeout)
-		}
-		if early == nil {
-			// Nothing received by the kernel since the request was written,
-			// at a look after its time from the write: a timeout however
-			// starved the controller (it needs no running stretch to see this).
-			if at, wrote, ok := f.silent(); ok && !at.Before(due) && !at.Before(wrote.Add(timeout)) {
-				return Result{Status: Unhealthy, Overrun: late, Reason: fmt.Sprintf("timeout after %s (nothing received)", timeout)}
-			}
+		dueWire, marked := c.dueOnTheWire()
+		if c.early == nil && c.kernelSilent() {
+			return Result{Status: Unhealthy, Overrun: c.late, Reason: fmt.Sprintf("timeout after %s (nothing received)", c.timeout)}
 		}
 		now := time.Now()
-		switch {
-		case early != nil && (!early.at.After(f.since.Add(timeout)) || !early.arrived.IsZero() && !early.arrived.After(f.since.Add(timeout))):
-			// Read in time, or read late but received in time (the
-			// kernel's time of its last byte): an answer.
-			if early.err != nil {
-				return classify(context.Background(), early.err, timeout)
-			}
-			return judge(t, uid, early.code, early.body)
-		case early != nil && !early.at.After(due):
-			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
-				"answered after its %s timeout, but the controller's pauses may have held the request back: not counted", timeout)}
-		case early != nil && p.ran(due, early.at):
-			return Result{Status: Unhealthy, Overrun: late,
-				Reason: fmt.Sprintf("timeout after %s (answered %s late)", timeout, early.at.Sub(due).Round(time.Millisecond))}
-		case early != nil:
-			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
-				"answered just after its %s timeout, as the controller ran again after a pause: it may have come in time; not counted", timeout)}
-		case p.ran(due, now):
-			if !f.wrote.Load() {
-				// Never sent: no answer was possible. Whose fault that is
-				// (the controller's CPU, its own handshake limit, or a
-				// webhook that does not finish TLS) the monitor judges.
-				r := classify(ctx, ctx.Err(), timeout)
-				r.Overrun = late
-				return d.paced(f, r)
-			}
-			return Result{Status: Unhealthy, Overrun: late, Reason: "timeout after " + timeout.String()}
-		case now.After(limit):
-			return Result{Status: Discarded, Discard: DiscardStarved, Overrun: late, Reason: fmt.Sprintf(
-				"timeout after %s, but the controller could not run long enough since to see an answer (CPU-throttled, paused or starved): not counted", timeout)}
+		if r, judged := p.judgeOverdue(ctx, c, now); judged {
+			return r
 		}
-		// Polled at confirmRun: a throttled controller runs in stretches
-		// (10 ms of each 100 ms at a tenth of a CPU), and one look must fall
-		// into or after one of them.
-		wait := confirmRun
-		if p.Pauses != nil {
-			wait = max(due.Add(p.margin()).Sub(now), confirmRun)
-		}
-		if w := dueWire.Sub(now); early == nil && w > 0 && marked {
-			wait = min(wait, w) // the kernel's silence is known at once
-		}
-		wait = min(wait, max(limit.Sub(now), time.Millisecond))
+		wait := p.nextLook(c, now, dueWire, marked)
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
 			timer.Reset(wait)
 		}
 		select {
-		case a := <-answered:
-			early = &a
+		case a := <-c.answered:
+			c.early = &a
 		case <-timer.C:
 		}
 	}
+}
+
+// confirmation is confirm's state: the overdue probe, the answer once read
+// (early), and the times it is judged by.
+type confirmation struct {
+	overdue
+	timeout time.Duration
+	// late is how late the deadline's goroutine ran (Result.Overrun).
+	late time.Duration
+	// due is when the webhook's time ran out (webhookDue); limit is when
+	// confirm stops waiting to know.
+	due, limit time.Time
+}
+
+// webhookDue is when a request in flight since f.since has had its whole
+// timeout. Pauses within the probe's own window may have delayed its dial,
+// handshake or write: they extend the webhook's time. Later ones do not
+// (its time runs on; only reading the answer waits for them).
+func (p *HTTPProber) webhookDue(ctx context.Context, f *inflight, timeout time.Duration) time.Time {
+	due := f.since.Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && p.Pauses != nil {
+		due = due.Add(p.Pauses.Paused(f.since, dl))
+	}
+	return due
+}
+
+// dueOnTheWire is when the kernel's silence may be judged: the webhook had
+// its whole timeout from the write (marked: the write's time is known).
+func (c *confirmation) dueOnTheWire() (time.Time, bool) {
+	dueWire := c.due
+	wroteAt, marked := c.f.written()
+	if marked && wroteAt.Add(c.timeout).After(dueWire) {
+		dueWire = wroteAt.Add(c.timeout)
+	}
+	return dueWire, marked
+}
+
+// kernelSilent: nothing received by the kernel since the request was
+// written, at a look after its time from the write. That is a timeout
+// however starved the controller: it needs no running stretch to see it.
+func (c *confirmation) kernelSilent() bool {
+	at, wrote, ok := c.f.silent()
+	return ok && !at.Before(c.due) && !at.Before(wrote.Add(c.timeout))
+}
+
+// judgeOverdue gives the verdict on the answer read so far, or on the
+// silence until now, if there is one yet (judged).
+func (p *HTTPProber) judgeOverdue(ctx context.Context, c *confirmation, now time.Time) (r Result, judged bool) {
+	early, timeout := c.early, c.timeout
+	inTime := c.f.since.Add(timeout)
+	switch {
+	case early != nil && (!early.at.After(inTime) || !early.arrived.IsZero() && !early.arrived.After(inTime)):
+		// Read in time, or read late but received in time (the
+		// kernel's time of its last byte): an answer.
+		if early.err != nil {
+			return classify(context.Background(), early.err, timeout), true
+		}
+		return judge(c.t, c.uid, early.code, early.body), true
+	case early != nil && !early.at.After(c.due):
+		return Result{Status: Discarded, Discard: DiscardStarved, Overrun: c.late, Reason: fmt.Sprintf(
+			"answered after its %s timeout, but the controller's pauses may have held the request back: not counted", timeout)}, true
+	case early != nil && p.ran(c.due, early.at):
+		return Result{Status: Unhealthy, Overrun: c.late,
+			Reason: fmt.Sprintf("timeout after %s (answered %s late)", timeout, early.at.Sub(c.due).Round(time.Millisecond))}, true
+	case early != nil:
+		return Result{Status: Discarded, Discard: DiscardStarved, Overrun: c.late, Reason: fmt.Sprintf(
+			"answered just after its %s timeout, as the controller ran again after a pause: it may have come in time; not counted", timeout)}, true
+	case p.ran(c.due, now):
+		if !c.f.wrote.Load() {
+			// Never sent: no answer was possible. Whose fault that is
+			// (the controller's CPU, its own handshake limit, or a
+			// webhook that does not finish TLS) the monitor judges.
+			r := classify(ctx, ctx.Err(), timeout)
+			r.Overrun = c.late
+			return c.d.paced(c.f, r), true
+		}
+		return Result{Status: Unhealthy, Overrun: c.late, Reason: "timeout after " + timeout.String()}, true
+	case now.After(c.limit):
+		return Result{Status: Discarded, Discard: DiscardStarved, Overrun: c.late, Reason: fmt.Sprintf(
+			"timeout after %s, but the controller could not run long enough since to see an answer (CPU-throttled, paused or starved): not counted", timeout)}, true
+	}
+	return Result{}, false
+}
+
+// nextLook is how long confirm waits before it looks again. Polled at
+// confirmRun: a throttled controller runs in stretches (10 ms of each
+// 100 ms at a tenth of a CPU), and one look must fall into or after one of
+// them. With a pause meter, not before the margin past due; never past the
+// kernel's verdict (dueWire, once the write is marked) or the limit.
+func (p *HTTPProber) nextLook(c *confirmation, now, dueWire time.Time, marked bool) time.Duration {
+	wait := confirmRun
+	if p.Pauses != nil {
+		wait = max(c.due.Add(p.margin()).Sub(now), confirmRun)
+	}
+	if w := dueWire.Sub(now); c.early == nil && w > 0 && marked {
+		wait = min(wait, w) // the kernel's silence is known at once
+	}
+	return min(wait, max(c.limit.Sub(now), time.Millisecond))
 }
 
 // ran reports whether an answer that came by due would have been read by

@@ -31,10 +31,11 @@ type Observation struct {
 	// CPU): every loop's ticks are stretched alike, circuits still open and
 	// close, only later. It clears after lateRun probes on time.
 	Late bool
-	// Starved: a probe was discarded, within the last starvedHold, because
-	// the controller could not run long enough to judge its timeout. While
-	// starved, explicit failures (refused, reset, TLS, 5xx) and the API
-	// server signal count as always; timeouts only once confirmed.
+	// Starved: starvedRun probes were discarded within starvedHold because
+	// the controller could not run long enough to judge their timeouts,
+	// and the last within starvedHold. While starved, explicit failures
+	// (refused, reset, TLS, 5xx) and the API server signal count as always;
+	// timeouts only once confirmed.
 	Starved bool
 	// HealthySince is when the verdict last became Healthy; zero while it
 	// is not (a half-open trial waits for the probes to have been healthy
@@ -42,24 +43,40 @@ type Observation struct {
 	HealthySince time.Time
 	// late and onTime count consecutive late and punctual probes.
 	late, onTime int
-	// starvedAt is when the last probe was discarded as starved.
-	starvedAt time.Time
+	// starvedAt is when the last starvedRun probes were discarded as
+	// starved, the latest first.
+	starvedAt [starvedRun]time.Time
 }
 
 // starvedHold is how long Starved holds after the last starved probe: the
 // report changes at most once a minute or so, not with every probe.
 const starvedHold = time.Minute
 
+// starvedRun is how many probes discarded as starved within starvedHold
+// make the controller starved: one stall, such as a new leader's start-up
+// (70 ms of a 250 ms timeout after each leader change, seen in a cluster),
+// or a garbage collection, says nothing of its CPU.
+const starvedRun = 3
+
 // lateRun is how many consecutive late (or punctual) probes change Late: a
 // single hiccup, such as a garbage collection, says nothing.
 const lateRun = 3
 
-// starvation folds one result into an observation's Starved.
+// starvation folds one result into an observation's Starved: it turns
+// true at the starvedRun-th starved probe within starvedHold and holds
+// until starvedHold after the last.
 func starvation(o Observation, r Result, now time.Time) Observation {
 	if r.Discard == DiscardStarved {
-		o.starvedAt = now
+		copy(o.starvedAt[1:], o.starvedAt[:starvedRun-1])
+		o.starvedAt[0] = now
 	}
-	o.Starved = !o.starvedAt.IsZero() && now.Sub(o.starvedAt) < starvedHold
+	recent := func(at time.Time) bool { return !at.IsZero() && now.Sub(at) < starvedHold }
+	switch {
+	case !recent(o.starvedAt[0]):
+		o.Starved = false
+	case recent(o.starvedAt[starvedRun-1]):
+		o.Starved = true
+	}
 	return o
 }
 

@@ -132,6 +132,35 @@ func TestChartOptions(t *testing.T) {
 	}
 }
 
+// TestChartLeaseTimings: the chart's leaderElection values reach the
+// manager's three flags (the defaults when unset), and the schema refuses
+// a value that is not a Go duration, naming the field.
+func TestChartLeaseTimings(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   []string
+	}{
+		{map[string]any{}, []string{"--leader-election-lease-duration=15s", "--leader-election-renew-deadline=10s", "--leader-election-retry-period=2s"}},
+		{map[string]any{"leaderElection": map[string]any{"leaseDuration": "5s", "renewDeadline": "3s", "retryPeriod": "1s"}},
+			[]string{"--leader-election-lease-duration=5s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s"}},
+	} {
+		deploy := find(helmTemplate(t, tc.values), "Deployment", "tripswitch")
+		containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		for _, want := range tc.want {
+			if !slices.Contains(args, want) {
+				t.Errorf("values %v: the manager's args %v lack %s", tc.values, args, want)
+			}
+		}
+	}
+	for _, field := range []string{"leaseDuration", "renewDeadline", "retryPeriod"} {
+		err := helmTemplateErr(t, namespace, map[string]any{"leaderElection": map[string]any{field: "2 seconds"}})
+		if err == nil || !strings.Contains(err.Error(), "/leaderElection/"+field) {
+			t.Errorf("leaderElection.%s: \"2 seconds\": %v, want a schema error naming it", field, err)
+		}
+	}
+}
+
 // TestKustomizeComponents: config/default with every optional component
 // builds and carries each component's role, bound to the ServiceAccount in
 // the install namespace.
@@ -282,8 +311,9 @@ func TestChartValuesSchemaAndNotes(t *testing.T) {
 
 // TestChartUninstallHook: the pre-delete hook runs `tripswitch standdown`
 // for this release's Deployment, in the release namespace, as the
-// controller's ServiceAccount, and the only right it adds is scaling that
-// one Deployment. Turned off, NOTES say what to run instead.
+// controller's ServiceAccount, naming helm uninstall as who restored, and
+// the only rights it adds are scaling that one Deployment and deleting the
+// leader Lease. Turned off, NOTES say what to run instead.
 func TestChartUninstallHook(t *testing.T) {
 	const ns = "platform-guards"
 	acc, err := helmRender(t, ns, map[string]any{})
@@ -313,7 +343,7 @@ func TestChartUninstallHook(t *testing.T) {
 	sa, _, _ := unstructured.NestedString(job.Object, "spec", "template", "spec", "serviceAccountName")
 	containers, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
 	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=1m"}
+	want := []string{"standdown", "--namespace=" + ns, "--deployment=tripswitch", "--lease=tripswitch.dev", "--timeout=1m", "--by=helm uninstall"}
 	// An image that never pulls must fail the hook well before Helm's
 	// default --timeout of 5m, and a stand-down must fit in it.
 	if deadline, _, _ := unstructured.NestedFieldNoCopy(job.Object, "spec", "activeDeadlineSeconds"); fmt.Sprint(deadline) != "120" {
@@ -324,7 +354,8 @@ func TestChartUninstallHook(t *testing.T) {
 	}
 	role := find(hooks, "Role", "tripswitch-standdown")
 	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
-	if data, _ := json.Marshal(rules); string(data) != `[{"apiGroups":["apps"],"resourceNames":["tripswitch"],"resources":["deployments/scale"],"verbs":["get","patch"]}]` {
+	if data, _ := json.Marshal(rules); string(data) != `[{"apiGroups":["apps"],"resourceNames":["tripswitch"],"resources":["deployments/scale"],"verbs":["get","patch"]},`+
+		`{"apiGroups":["coordination.k8s.io"],"resourceNames":["tripswitch.dev"],"resources":["leases"],"verbs":["delete"]}]` {
 		t.Errorf("the hook's Role grants %s", data)
 	}
 	off, err := helmRender(t, ns, map[string]any{"uninstallHook": map[string]any{"enabled": false}})

@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -31,6 +32,7 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
+	"github.com/tripswitch-dev/tripswitch/internal/breakglass"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/testenv"
 )
@@ -373,6 +375,13 @@ func TestHelmUninstallWhileCircuitsAreOpen(t *testing.T) {
 	}
 	if len(kept.Finalizers) > 0 {
 		t.Errorf("the breaker made outside the chart still has finalizers %v: deleting it would hang", kept.Finalizers)
+	}
+	if c := meta.FindStatusCondition(kept.Status.Conditions, v1alpha1.ConditionCircuitOpen); c == nil || c.Reason != breakglass.StandDownReason ||
+		!strings.HasPrefix(c.Message, "restored by the stand-down before an uninstall (helm uninstall) at ") {
+		t.Errorf("the kept breaker's CircuitOpen: %+v; want reason %s, restored by the stand-down of helm uninstall", c, breakglass.StandDownReason)
+	}
+	if _, err := cs.CoordinationV1().Leases(ns).Get(ctx, "tripswitch.dev", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the leader Lease after helm uninstall: %v; want it deleted by the stand-down", err)
 	}
 	if err := env.Client.Delete(ctx, &kept); err != nil {
 		t.Fatal(err)
