@@ -756,6 +756,12 @@ type OutageWindow struct {
 	// WriteBudgetExhausted).
 	// +optional
 	Exhausted bool `json:"exhausted,omitempty"`
+	// CallsFailed: the API server's own calls to the webhook were seen
+	// failing in the window (the API server signal, or a half-open trial
+	// that failed). Healthy probes alone do not end such a window: the
+	// API server's calls passing do, or a trial that passes.
+	// +optional
+	CallsFailed bool `json:"callsFailed,omitempty"`
 }
 
 // WebhookCircuitBreaker fails one approved admission webhook open during a

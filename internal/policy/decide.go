@@ -222,9 +222,11 @@ func Decide(in Input) Decision {
 
 // Recovered reports whether the evidence that began the breaker's outage
 // window (Probes when there is none) says the webhook is healthy again: for
-// a window the API server signal began, the API server's own calls passing
-// (enough of them, under the threshold), since probes may have passed all
-// along; for any other, healthy probes with the signal, if on, not failing.
+// a window the API server signal began, or in which the API server's calls
+// were seen failing (the signal, a failed trial), the API server's own
+// calls passing (enough of them, under the threshold), since probes may
+// have passed all along; for any other, healthy probes with the signal, if
+// on, not failing.
 // A recovery is confirmed, never assumed: too few calls to judge, or an
 // unreadable signal, confirm nothing. In ForceOpen health says nothing: the
 // operator holds the circuit open, and a disarm there holds until they
@@ -234,7 +236,7 @@ func (in Input) Recovered() bool {
 		return false
 	}
 	probes := in.Health.Verdict == probe.VerdictHealthy && !in.APIServerFailing
-	if w := in.Window; w != nil && w.Evidence == v1alpha1.EvidenceAPIServer && in.SignalOn {
+	if w := in.Window; w != nil && (w.Evidence == v1alpha1.EvidenceAPIServer || w.CallsFailed) && in.SignalOn {
 		return in.Health.Verdict != probe.VerdictUnhealthy && in.APIServerHealthy
 	}
 	return probes

@@ -147,6 +147,9 @@ func setOutage(s *v1alpha1.WebhookCircuitBreakerStatus, b *v1alpha1.WebhookCircu
 		if d.Exhausted {
 			w.Exhausted = true
 		}
+		if in.APIServerFailing || d.Trial != nil && d.Trial.Step == halfopen.Fail {
+			w.CallsFailed = true
+		}
 	}
 	passed := d.Write == WriteClose && d.Trial != nil && d.Trial.Step == halfopen.Pass && o.WriteErr == nil
 	if RearmRequested(b) || ours == nil && d.Disarm == "" && (in.Recovered() || passed) {

@@ -14,6 +14,7 @@ import (
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
 	"github.com/tripswitch-dev/tripswitch/internal/circuit"
+	"github.com/tripswitch-dev/tripswitch/internal/halfopen"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
 )
 
@@ -218,6 +219,53 @@ func TestFirstReportWait(t *testing.T) {
 			t.Errorf("%s: waits %v, want %v (until the deadline)", c.name, got, deadline-c.now)
 		case !c.waitOK && got != 0:
 			t.Errorf("%s: waits %v, want the status written now", c.name, got)
+		}
+	}
+}
+
+// TestFailedCallsHoldTheOutageUntilTheyPass: a window the probes began, in
+// which the API server's calls were then seen failing (the signal, or a
+// failed half-open trial), is marked so, and healthy probes alone no
+// longer end it: the fault may have moved from /healthz to the reviews
+// (seen by test/adversary: a reset, then reviews alone failing; the
+// probes ended the outage, and the signal opened it again over an undo).
+// The API server's calls passing end it; without the signal, the probes.
+func TestFailedCallsHoldTheOutageUntilTheyPass(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 6, 6, 45, 0, 0, time.UTC))
+	b := &v1alpha1.WebhookCircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: uid, Generation: 1},
+		Status: v1alpha1.WebhookCircuitBreakerStatus{TargetUID: "cfg-uid",
+			Outage: &v1alpha1.OutageWindow{StartedAt: at, Evidence: v1alpha1.EvidenceProbes, Opens: 1, Writes: 2, Budget: 4, Generation: 1}}}
+	marked := func(in Input, d Decision) bool {
+		in.TargetFound = true
+		s := NextStatus(b, Outcome{Input: in, Decision: d, Observed: Observed{State: closedFail}, After: closedFail, Now: at})
+		return s.Outage != nil && s.Outage.CallsFailed
+	}
+	if !marked(Input{APIServerFailing: true, SignalOn: true, Window: b.Status.Outage, Disarmed: true}, Decision{Reason: ReasonDisarmed}) {
+		t.Fatal("the signal failing in a probes' window did not mark it")
+	}
+	if !marked(Input{SignalOn: true, Window: b.Status.Outage}, Decision{Write: WriteEndTrial, Trial: &halfopen.Verdict{Step: halfopen.Fail}}) {
+		t.Fatal("a failed trial did not mark the window")
+	}
+	if marked(Input{SignalOn: true, Window: b.Status.Outage, Disarmed: true}, Decision{Reason: ReasonDisarmed}) {
+		t.Fatal("marked with no failed call seen")
+	}
+
+	healthy := Health{Verdict: probe.VerdictHealthy}
+	failed := &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceProbes, CallsFailed: true}
+	plain := &v1alpha1.OutageWindow{Evidence: v1alpha1.EvidenceProbes}
+	for _, tc := range []struct {
+		name string
+		in   Input
+		want bool
+	}{
+		{"probes' window, probes healthy, signal too few calls", Input{Window: plain, Health: healthy, SignalOn: true}, true},
+		{"calls failed, probes healthy, signal too few calls", Input{Window: failed, Health: healthy, SignalOn: true}, false},
+		{"calls failed, probes healthy, calls pass", Input{Window: failed, Health: healthy, SignalOn: true, APIServerHealthy: true}, true},
+		{"calls failed, probes failing, calls pass", Input{Window: failed, Health: Health{Verdict: probe.VerdictUnhealthy}, SignalOn: true, APIServerHealthy: true}, false},
+		{"calls failed, the signal turned off: the probes", Input{Window: failed, Health: healthy}, true},
+	} {
+		if got := tc.in.Recovered(); got != tc.want {
+			t.Errorf("%s: Recovered() = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -102,6 +102,10 @@ func (c *seqCase) episodeHistory() episodeView {
 	}
 	var e episodeView
 	changed := map[string]string{} // field -> who changed it while open
+	// base is the version tripswitch's first open in the episode was
+	// written on: a field someone puts back to its value there holds no
+	// choice of theirs that a write could go over.
+	var base *admissionregistrationv1.MutatingWebhookConfiguration
 	var prev *admissionregistrationv1.MutatingWebhookConfiguration
 	var last time.Time
 	for _, v := range c.hist.upTo(time.Now().Add(-300 * time.Millisecond)) {
@@ -125,10 +129,17 @@ func (c *seqCase) episodeHistory() episodeView {
 			}
 			if firstOpen != 0 && v.rv > firstOpen {
 				for _, f := range changes(prev, v.obj, c.webhook) {
+					if f != "*" && base != nil && base.UID == v.obj.UID && value(base, c.webhook, f) == value(v.obj, c.webhook, f) {
+						delete(changed, f)
+						continue
+					}
 					changed[f] = by
 				}
 			}
 		case mine && inEpisode:
+			if v.rv == firstOpen {
+				base = prev
+			}
 			for _, f := range changes(prev, v.obj, c.webhook) {
 				if by, ok := changed[f]; ok || changed["*"] != "" {
 					if !ok {
@@ -362,6 +373,21 @@ func changes(prev, cur *admissionregistrationv1.MutatingWebhookConfiguration, we
 		}
 	}
 	return out
+}
+
+// value is field f (as changes names it) of webhook in cfg.
+func value(cfg *admissionregistrationv1.MutatingWebhookConfiguration, webhook, f string) string {
+	h := entry(cfg, webhook)
+	if h == nil {
+		return "<no webhook>"
+	}
+	if f == "failurePolicy" {
+		return policyOf(h)
+	}
+	if m := condition(h, strings.TrimPrefix(f, "matchCondition ")); m != nil {
+		return m.Expression
+	}
+	return "<none>"
 }
 
 // strip is cfg as it is once tripswitch has given back what its record
