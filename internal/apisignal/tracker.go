@@ -307,11 +307,13 @@ func (t *Tracker) Scrape(ctx context.Context) {
 }
 
 // show says whether a scrape's status replaces the one shown: at once when
-// the verdict (failing, or confirmed healthy), readability or message
-// changed; for numbers alone, once refresh has passed.
+// the verdict (failing, or confirmed healthy), whether the window holds a
+// failed call (it holds back a recovery on the probes), readability or
+// message changed; for numbers alone, once refresh has passed.
 func show(shown, cur Status, refresh time.Duration) bool {
 	switch {
-	case shown.At.IsZero(), cur.Failing != shown.Failing, cur.Healthy() != shown.Healthy(), cur.Unreadable != shown.Unreadable, cur.Message != shown.Message:
+	case shown.At.IsZero(), cur.Failing != shown.Failing, cur.Healthy() != shown.Healthy(), (cur.Failures > 0) != (shown.Failures > 0),
+		cur.Unreadable != shown.Unreadable, cur.Message != shown.Message:
 		return true
 	case cur.Calls == shown.Calls && cur.Failures == shown.Failures:
 		return false

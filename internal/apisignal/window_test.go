@@ -429,3 +429,26 @@ func TestForgetDropsTheCallsOfAnOutageThatEnded(t *testing.T) {
 		})
 	}
 }
+
+// TestAFailedCallIsShownAtOnce: numbers alone are shown at most every
+// Refresh, but a window that comes to hold a failed call, too few to judge,
+// is shown at once: it holds back a recovery on the probes.
+func TestAFailedCallIsShownAtOnce(t *testing.T) {
+	a := &server{start: "1.8e+09", calls: 100}
+	p := &pool{next: a}
+	tr, clk := newTracker(t, p)
+	tr.Refresh = time.Hour
+	tr.Scrape(context.Background())
+	a.calls = 103 // passing calls: numbers alone
+	clk.Step(time.Second)
+	tr.Scrape(context.Background())
+	if s := observe(t, tr); s.Calls != 0 {
+		t.Fatalf("numbers alone shown before the refresh: %+v", s)
+	}
+	a.calls, a.failing = 105, 2
+	clk.Step(time.Second)
+	tr.Scrape(context.Background())
+	if s := observe(t, tr); s.Failures != 2 || s.Failing {
+		t.Fatalf("%+v: want the 2 failed calls shown at once, no verdict", s)
+	}
+}

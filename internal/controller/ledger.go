@@ -67,8 +67,18 @@ func (l *ledger) spend(ctx context.Context, write budget.Write, name string) err
 	if err != nil {
 		return fmt.Errorf("breaker %s: %w", name, err)
 	}
+	if write == budget.Close && c.d.EndsOutage {
+		// The close ends the outage: ended here, before the patch, so
+		// that a process killed between the two leaves no window whose
+		// end a new process must see again (its probes may not, before
+		// the next outage begins); a refused patch refunds it.
+		next = nil
+	}
 	if err := l.r.setOutage(ctx, b, next); err != nil {
 		return err
+	}
+	if prev != nil && next == nil {
+		l.r.Signals.Forget(b.Name, prev.StartedAt.Time)
 	}
 	l.spent[name] = prev
 	return nil

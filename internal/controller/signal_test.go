@@ -205,12 +205,13 @@ func failingCreates(t *testing.T, b *bed, label map[string]string, prefix string
 	}
 }
 
-// TestTheSignalDoesNotReopenOnItsOutagesCalls: the probes open
-// the circuit; the webhook fails the API server's calls too, but the
-// signal has read too few of them to judge when the webhook recovers and
-// the probes close the circuit. The next read counts the calls the outage
-// failed (the signal reads every few seconds): they must not open the
-// circuit again after its recovery. One open and one close.
+// TestTheSignalDoesNotReopenOnItsOutagesCalls: the probes open the
+// circuit; the webhook fails the API server's calls too, but the signal's
+// last read was before the outage, so it shows none of them when the
+// webhook recovers and the probes close the circuit. The next read counts
+// the calls the outage failed (the signal reads every few seconds): they
+// must not open the circuit again after its recovery. One open and one
+// close.
 func TestTheSignalDoesNotReopenOnItsOutagesCalls(t *testing.T) {
 	b := newBed(t)
 	hook, label, hookName := signalTarget(t, b)
@@ -228,22 +229,31 @@ func TestTheSignalDoesNotReopenOnItsOutagesCalls(t *testing.T) {
 	r := b.reconciler(b.c)
 	r.Signals = tracker
 	b.settle(r, name)
+	// The webhook is in the API server's path: it reviewed a create.
+	for i := 0; ; i++ {
+		cm := fmt.Sprintf("%s-warm-%d", b.cfg, i)
+		if err := b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: cm, Labels: label}}); err != nil {
+			t.Fatal(err)
+		}
+		if hook.Saw("default", cm) {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the API server does not call the webhook")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	tracker.Scrape(b.ctx)
 
 	hook.SetStatus(500)
-	failingCreates(t, b, label, "a", 4) // read: below the minimum of 10 calls
-	b.clock.Step(time.Second)
-	tracker.Scrape(b.ctx)
 	b.drive(r, name, probe.Unhealthy)
 	got := b.getBreaker(name)
 	if got.Status.State != v1alpha1.StateOpen || got.Status.Outage == nil || got.Status.Outage.Evidence != v1alpha1.EvidenceProbes {
 		t.Fatalf("state %s outage %+v: want Open on the probes", got.Status.State, got.Status.Outage)
 	}
-	// 8 more calls fail in the outage, not read yet. The webhook is in the
-	// API server's path (it refused the creates above), so each create is
-	// a call: refused while the API server still has Fail, admitted once it
-	// has the Ignore of the open.
-	for i := range 8 {
+	// 12 calls fail in the outage, none read yet: refused while the API
+	// server still has Fail, admitted once it has the open's Ignore.
+	for i := range 12 {
 		_ = b.c.Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-b-%d", b.cfg, i), Labels: label}})
 	}
 	hook.SetStatus(0)

@@ -148,6 +148,9 @@ type Input struct {
 	// APIServerHealthy: it confirms the webhook healthy: the API server's
 	// calls in its window reached the minimum, under the threshold.
 	SignalOn, APIServerHealthy bool
+	// APIServerFailedCalls: the signal's window holds failed calls, too
+	// few to judge or not: healthy probes do not end an outage then.
+	APIServerFailedCalls bool
 	// Disarmed: a human overrode tripswitch during this outage.
 	Disarmed bool
 	// NotApproved, when set, says that tripswitch may not read the target
@@ -189,6 +192,12 @@ type Decision struct {
 	// Rearm clears a previous Disarm: the evidence that began the outage
 	// says the webhook is healthy again (Input.Recovered).
 	Rearm bool
+	// EndsOutage: the write is a close on the outage's end (the evidence
+	// that began it says the webhook is healthy, or a trial passed), so
+	// the window ends with it: counted before the patch is sent, a
+	// process that dies between the two still leaves the window ended,
+	// and the next outage is a new one.
+	EndsOutage bool
 	// Exhausted: the write this decision would have made is past the
 	// outage window's budget (package budget); Disarm says so.
 	Exhausted bool
@@ -217,6 +226,8 @@ func Decide(in Input) Decision {
 	// A disarm holds for the outage: until the evidence that began it says
 	// the webhook is healthy again, decided here for every path.
 	d.Rearm = in.Disarmed && d.Disarm == "" && in.Recovered()
+	passed := d.Trial != nil && d.Trial.Step == halfopen.Pass
+	d.EndsOutage = d.Write == WriteClose && d.Disarm == "" && (in.Recovered() || passed)
 	return d
 }
 
@@ -226,7 +237,8 @@ func Decide(in Input) Decision {
 // were seen failing (the signal, a failed trial), the API server's own
 // calls passing (enough of them, under the threshold), since probes may
 // have passed all along; for any other, healthy probes with the signal, if
-// on, not failing.
+// on, not failing and, while its window holds failed calls (too few to
+// judge, say), confirming the calls pass.
 // A recovery is confirmed, never assumed: too few calls to judge, or an
 // unreadable signal, confirm nothing. In ForceOpen health says nothing: the
 // operator holds the circuit open, and a disarm there holds until they
@@ -235,7 +247,7 @@ func (in Input) Recovered() bool {
 	if in.Mode == v1alpha1.ModeForceOpen {
 		return false
 	}
-	probes := in.Health.Verdict == probe.VerdictHealthy && !in.APIServerFailing
+	probes := in.Health.Verdict == probe.VerdictHealthy && !in.APIServerFailing && (!in.SignalOn || !in.APIServerFailedCalls || in.APIServerHealthy)
 	if w := in.Window; w != nil && (w.Evidence == v1alpha1.EvidenceAPIServer || w.CallsFailed) && in.SignalOn {
 		return in.Health.Verdict != probe.VerdictUnhealthy && in.APIServerHealthy
 	}

@@ -81,6 +81,7 @@ func NewInput(b *v1alpha1.WebhookCircuitBreaker, spec v1alpha1.ResolvedSpec, obs
 	if sig := obs.Signal; sig != nil && !sig.Unreadable && obs.Ambiguous == "" {
 		in.SignalOn = true
 		in.APIServerHealthy = sig.Healthy()
+		in.APIServerFailedCalls = sig.Failures > 0
 	}
 	if in.APIServerFailing {
 		in.APIServerReason = fmt.Sprintf("the API server's calls to the webhook failed at %.0f%% (%d of %d in the window)", obs.Signal.FailureRate, obs.Signal.Failures, obs.Signal.Calls)

@@ -259,6 +259,9 @@ func TestFailedCallsHoldTheOutageUntilTheyPass(t *testing.T) {
 		want bool
 	}{
 		{"probes' window, probes healthy, signal too few calls", Input{Window: plain, Health: healthy, SignalOn: true}, true},
+		{"probes' window, probes healthy, failed calls too few to judge", Input{Window: plain, Health: healthy, SignalOn: true, APIServerFailedCalls: true}, false},
+		{"probes' window, probes healthy, failed calls outnumbered by passing ones", Input{Window: plain, Health: healthy, SignalOn: true, APIServerFailedCalls: true, APIServerHealthy: true}, true},
+		{"probes' window, probes healthy, failed calls, the signal blind", Input{Window: plain, Health: healthy, APIServerFailedCalls: true}, true},
 		{"calls failed, probes healthy, signal too few calls", Input{Window: failed, Health: healthy, SignalOn: true}, false},
 		{"calls failed, probes healthy, calls pass", Input{Window: failed, Health: healthy, SignalOn: true, APIServerHealthy: true}, true},
 		{"calls failed, probes failing, calls pass", Input{Window: failed, Health: Health{Verdict: probe.VerdictUnhealthy}, SignalOn: true, APIServerHealthy: true}, false},

@@ -127,7 +127,10 @@ func (c *seqCase) episodeHistory() episodeView {
 					e.undoneAt, e.undoneBy = v.seen, by
 				}
 			}
-			if firstOpen != 0 && v.rv > firstOpen {
+			// Only a change made while tripswitch held an open is a
+			// choice made over it (a recreate while nothing was held is
+			// a configuration a later open may be written to).
+			if firstOpen != 0 && v.rv > firstOpen && held(prev, c.webhook) {
 				for _, f := range changes(prev, v.obj, c.webhook) {
 					if f != "*" && base != nil && base.UID == v.obj.UID && value(base, c.webhook, f) == value(v.obj, c.webhook, f) {
 						delete(changed, f)
