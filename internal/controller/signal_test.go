@@ -15,6 +15,7 @@ import (
 
 	"github.com/tripswitch-dev/tripswitch/api/v1alpha1"
 	"github.com/tripswitch-dev/tripswitch/internal/apisignal"
+	"github.com/tripswitch-dev/tripswitch/internal/controller"
 	"github.com/tripswitch-dev/tripswitch/internal/fixtures/slowhook"
 	"github.com/tripswitch-dev/tripswitch/internal/policy"
 	"github.com/tripswitch-dev/tripswitch/internal/probe"
@@ -40,23 +41,13 @@ func signalScenario(t *testing.T, ambiguous bool) {
 	b := newBed(t)
 	hook, label, hookName := signalTarget(t, b)
 	name := b.cfg
-	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
-		wcb.Spec.Target.WebhookName = hookName
-		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
-		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
-	})
+	signalBreaker(b, name, hookName)
 	if ambiguous {
 		b.createBreaker(name+"-twin", func(wcb *v1alpha1.WebhookCircuitBreaker) {
 			wcb.Spec.Target.ConfigurationName, wcb.Spec.Target.WebhookName = name+"-elsewhere", hookName
 		})
 	}
-	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
-	r := b.reconciler(b.c)
-	r.Signals = tracker
+	r, tracker := signalReconciler(t, b)
 	b.settle(r, name) // registers the signal
 	tracker.Scrape(b.ctx)
 
@@ -216,18 +207,8 @@ func TestTheSignalDoesNotReopenOnItsOutagesCalls(t *testing.T) {
 	b := newBed(t)
 	hook, label, hookName := signalTarget(t, b)
 	name := b.cfg
-	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
-		wcb.Spec.Target.WebhookName = hookName
-		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
-		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
-	})
-	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
-	r := b.reconciler(b.c)
-	r.Signals = tracker
+	signalBreaker(b, name, hookName)
+	r, tracker := signalReconciler(t, b)
 	b.settle(r, name)
 	// The webhook is in the API server's path: it reviewed a create.
 	for i := 0; ; i++ {
@@ -269,4 +250,28 @@ func TestTheSignalDoesNotReopenOnItsOutagesCalls(t *testing.T) {
 		t.Fatalf("state %s history %+v apiServer %+v: the signal opened the circuit again on the calls of the outage that ended",
 			got.Status.State, got.Status.History, got.Status.APIServer)
 	}
+}
+
+// signalBreaker makes an Ignore breaker of b's webhook hookName with the API
+// server signal on: a 30 s window, 10 calls at least, 50 %.
+func signalBreaker(b *bed, name, hookName string) {
+	b.createBreaker(name, func(wcb *v1alpha1.WebhookCircuitBreaker) {
+		wcb.Spec.Target.WebhookName = hookName
+		wcb.Spec.OpenAction = v1alpha1.OpenActionIgnore
+		wcb.Spec.APIServerSignal = &v1alpha1.APIServerSignalSpec{Enabled: true, Window: &metav1.Duration{Duration: 30 * time.Second}, MinimumCalls: 10, FailureRateThreshold: 50}
+	})
+}
+
+// signalReconciler is b's reconciler with a signal tracker that reads the
+// API server's /metrics when the test scrapes, on b's clock.
+func signalReconciler(t *testing.T, b *bed) (*controller.Reconciler, *apisignal.Tracker) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(controlPlane(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := &apisignal.Tracker{Source: apisignal.FromAPIServer(cs.CoreV1().RESTClient()), Interval: time.Second, Clock: b.clock}
+	r := b.reconciler(b.c)
+	r.Signals = tracker
+	return r, tracker
 }

@@ -75,25 +75,27 @@ func (w *world) sequence(rt *rapid.T) {
 		},
 	})
 	c.recover(rt)
+	// A long run's progress, as it goes (go test -v streams it).
+	w.t.Logf("%s: sequence %d passed; %d steps in all", time.Now().Format("15:04:05"), w.cases.Load(), steps.Load())
 }
 
 // seqCase is one sequence's configuration, breaker and model of what
 // happened: the episode (from one recovery to the next) and the breaker's
 // edits in it.
 type seqCase struct {
-	w       *world
-	ctx     context.Context
-	stop    context.CancelFunc
-	name    string
-	webhook string
-	label   map[string]string
-	hist    *history
-	want    *admissionregistrationv1.MutatingWebhookConfiguration
-	owners  map[ownersim.Pattern]*ownersim.Owner
-	ca      int // the caBundle spelling owners write next
-	spec    v1alpha1.WebhookCircuitBreakerSpec
-	noTrial bool   // the operator turned the half-open trial off
-	faulty  string // the fault on now, "" when none
+	w        *world
+	ctx      context.Context
+	stop     context.CancelFunc
+	name     string
+	webhook  string
+	label    map[string]string
+	hist     *history
+	want     *admissionregistrationv1.MutatingWebhookConfiguration
+	owners   map[ownersim.Pattern]*ownersim.Owner
+	ca       int // the caBundle spelling owners write next
+	spec     v1alpha1.WebhookCircuitBreakerSpec
+	altTrial bool   // the operator changed the half-open trial (see normalize)
+	faulty   string // the fault on now, "" when none
 	// episode is when the current episode began; edits are the breaker's
 	// edits (and re-creations) since, each a new instruction; recreated,
 	// the re-creations alone (a new breaker knows nothing of the last one's
@@ -188,12 +190,20 @@ func (c *seqCase) template() *admissionregistrationv1.MutatingWebhookConfigurati
 }
 
 // normalize keeps c.spec valid: a half-open trial with Bypass and the
-// signal (their only combination) unless the operator turned it off, and
-// none without.
+// signal (their only combination: without a halfOpen of the operator's
+// they run the defaults') and none without. The operator's edit of the
+// trial halves its sample and doubles its wait; both stay short, so that
+// a recovery settles within the bound recover allows (the defaults' 6 %
+// sample may never see the case's few objects, and close only after
+// their 2 minutes' maxWait).
 func (c *seqCase) normalize() {
 	c.spec.HalfOpen = nil
-	if c.spec.OpenAction == v1alpha1.OpenActionBypass && c.spec.APIServerSignal != nil && !c.noTrial {
+	if c.spec.OpenAction == v1alpha1.OpenActionBypass && c.spec.APIServerSignal != nil {
 		c.spec.HalfOpen = halfOpen()
+		if c.altTrial {
+			c.spec.HalfOpen.SamplePercent = 50
+			c.spec.HalfOpen.After = &metav1.Duration{Duration: 2 * time.Second}
+		}
 	}
 }
 
@@ -398,7 +408,7 @@ func (c *seqCase) editBreaker(rt *rapid.T) {
 	case "openAction":
 		c.spec.OpenAction = map[v1alpha1.OpenAction]v1alpha1.OpenAction{v1alpha1.OpenActionIgnore: v1alpha1.OpenActionBypass, v1alpha1.OpenActionBypass: v1alpha1.OpenActionIgnore}[c.spec.OpenAction]
 	case "halfOpen":
-		c.noTrial = !c.noTrial
+		c.altTrial = !c.altTrial
 	case "signal":
 		if c.spec.APIServerSignal != nil {
 			c.spec.APIServerSignal = nil
